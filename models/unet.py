@@ -1,0 +1,119 @@
+"""The DDPM UNet (Ho et al. 2020) in Flax linen.
+
+Structure of the DDPM / improved-diffusion network: sinusoidal time embedding -> MLP; per resolution
+`num_res_blocks` residual blocks (with self-attention at `attn_resolutions`), downsampling by strided conv; a middle
+block (res, attention, res); the mirrored upsampling path with skip connections (num_res_blocks + 1 blocks per level);
+GroupNorm, swish, 3x3 conv out (zero-initialised). With ch=128, ch_mult=(1, 2, 2, 2), 2 res blocks, attention at 16
+and 32x32x3 input it has the 35.7M parameters of the DDPM CIFAR-10 model.
+"""
+import math
+from typing import Sequence
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+
+def check_image_size(image_size: int, ch_mult: Sequence[int], attn_resolutions: Sequence[int]):
+    """Raise ValueError naming the field when the UNet cannot take this image size."""
+    factor = 2 ** (len(ch_mult) - 1)
+    if image_size < 1 or image_size % factor:
+        raise ValueError(f"config.data.image_size={image_size} must be a positive multiple of {factor} "
+                         f"(2 ** (len(config.model.ch_mult) - 1) for ch_mult={tuple(ch_mult)})")
+    resolutions = {image_size // 2**i for i in range(len(ch_mult))}
+    bad = [r for r in attn_resolutions if r not in resolutions]
+    if bad:
+        raise ValueError(f"config.model.attn_resolutions={tuple(attn_resolutions)} has {bad}, not a resolution of "
+                         f"this UNet; allowed: {sorted(resolutions, reverse=True)}")
+
+
+def timestep_embedding(t, dim: int, max_period: float = 10000.0):
+    """Sinusoidal embedding [B, dim] of integer timesteps t [B] (DDPM / tensor2tensor form)."""
+    half = dim // 2
+    freqs = jnp.exp(-math.log(max_period) * jnp.arange(half, dtype=jnp.float32) / (half - 1))
+    args = t.astype(jnp.float32)[:, None] * freqs[None]
+    emb = jnp.concatenate([jnp.sin(args), jnp.cos(args)], axis=-1)
+    return jnp.pad(emb, ((0, 0), (0, dim % 2)))
+
+
+class ResBlock(nn.Module):
+    out_ch: int
+    groups: int
+    dropout: float
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, temb, train: bool):
+        h = nn.swish(nn.GroupNorm(self.groups, dtype=self.dtype)(x))
+        h = nn.Conv(self.out_ch, (3, 3), dtype=self.dtype)(h)
+        h = h + nn.Dense(self.out_ch, dtype=self.dtype)(nn.swish(temb))[:, None, None, :]
+        h = nn.swish(nn.GroupNorm(self.groups, dtype=self.dtype)(h))
+        h = nn.Dropout(self.dropout, deterministic=not train)(h)
+        h = nn.Conv(self.out_ch, (3, 3), kernel_init=nn.initializers.zeros, dtype=self.dtype)(h)
+        if x.shape[-1] != self.out_ch:
+            x = nn.Conv(self.out_ch, (1, 1), dtype=self.dtype)(x)
+        return x + h
+
+
+class AttnBlock(nn.Module):
+    groups: int
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x):
+        B, H, W, C = x.shape
+        h = nn.GroupNorm(self.groups, dtype=self.dtype)(x).reshape(B, H * W, C)
+        q, k, v = (nn.Dense(C, dtype=self.dtype, name=n)(h) for n in ("q", "k", "v"))
+        w = nn.softmax(jnp.einsum("bqc,bkc->bqk", q, k) / math.sqrt(C), axis=-1)
+        h = jnp.einsum("bqk,bkc->bqc", w, v)
+        h = nn.Dense(C, kernel_init=nn.initializers.zeros, dtype=self.dtype, name="proj")(h)
+        return x + h.reshape(B, H, W, C)
+
+
+class UNet(nn.Module):
+    """eps/x0/v-prediction network. x: [B, H, W, C] in [-1, 1]; t: [B] int. Returns [B, H, W, C] float32."""
+
+    ch: int = 128
+    ch_mult: Sequence[int] = (1, 2, 2, 2)
+    num_res_blocks: int = 2
+    attn_resolutions: Sequence[int] = (16,)
+    dropout: float = 0.1
+    num_groups: int = 32
+    dtype: jnp.dtype = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, t, train: bool = False):
+        out_channels = x.shape[-1]
+        kw = dict(groups=self.num_groups, dtype=self.dtype)
+        temb = timestep_embedding(t, self.ch)
+        temb = nn.Dense(4 * self.ch, dtype=self.dtype)(temb)
+        temb = nn.Dense(4 * self.ch, dtype=self.dtype)(nn.swish(temb))
+
+        h = nn.Conv(self.ch, (3, 3), dtype=self.dtype)(x.astype(self.dtype))
+        skips = [h]
+        for level, mult in enumerate(self.ch_mult):
+            for _ in range(self.num_res_blocks):
+                h = ResBlock(self.ch * mult, dropout=self.dropout, **kw)(h, temb, train)
+                if h.shape[1] in self.attn_resolutions:
+                    h = AttnBlock(**kw)(h)
+                skips.append(h)
+            if level != len(self.ch_mult) - 1:
+                h = nn.Conv(h.shape[-1], (3, 3), strides=(2, 2), dtype=self.dtype)(h)
+                skips.append(h)
+
+        h = ResBlock(h.shape[-1], dropout=self.dropout, **kw)(h, temb, train)
+        h = AttnBlock(**kw)(h)
+        h = ResBlock(h.shape[-1], dropout=self.dropout, **kw)(h, temb, train)
+
+        for level, mult in reversed(list(enumerate(self.ch_mult))):
+            for _ in range(self.num_res_blocks + 1):
+                h = ResBlock(self.ch * mult, dropout=self.dropout, **kw)(jnp.concatenate([h, skips.pop()], -1), temb, train)
+                if h.shape[1] in self.attn_resolutions:
+                    h = AttnBlock(**kw)(h)
+            if level != 0:
+                B, H, W, C = h.shape
+                h = jnp.repeat(jnp.repeat(h, 2, axis=1), 2, axis=2)  # nearest-neighbour upsampling
+                h = nn.Conv(C, (3, 3), dtype=self.dtype)(h)
+        assert not skips
+        h = nn.swish(nn.GroupNorm(self.num_groups, dtype=self.dtype)(h))
+        h = nn.Conv(out_channels, (3, 3), kernel_init=nn.initializers.zeros, dtype=self.dtype)(h)
+        return h.astype(jnp.float32)

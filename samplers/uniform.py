@@ -1,0 +1,14 @@
+"""Uniform timesteps: t ~ U{0, ..., T-1}, weight 1 (Ho et al. 2020)."""
+import jax
+import jax.numpy as jnp
+
+from samplers.base import Sampler
+
+
+class UniformSampler(Sampler):
+    name = "uniform"
+
+    def sample(self, state, key, x0):
+        B = x0.shape[0]
+        t = jax.random.randint(key, (B,), 0, self.T, dtype=jnp.int32)
+        return t, jnp.ones((B,), jnp.float32), {}

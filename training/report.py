@@ -1,0 +1,122 @@
+"""What a person watching a run sees: metrics files, TensorBoard, sample grids and the timestep pictures."""
+import json
+import os
+
+import numpy as np
+
+
+def save_grid(images_u8: np.ndarray, path: str):
+    """Tile uint8 images [N, H, W, C] into a square-ish PNG grid (upscaled for tiny images)."""
+    from PIL import Image
+
+    n, h, w, c = images_u8.shape
+    cols = int(np.ceil(np.sqrt(n)))
+    rows = int(np.ceil(n / cols))
+    grid = np.zeros((rows * (h + 1) + 1, cols * (w + 1) + 1, c), np.uint8)
+    for i, im in enumerate(images_u8):
+        r, q = divmod(i, cols)
+        grid[1 + r * (h + 1):1 + r * (h + 1) + h, 1 + q * (w + 1):1 + q * (w + 1) + w] = im
+    img = Image.fromarray(grid[..., 0] if c == 1 else grid)
+    scale = max(1, 256 // grid.shape[1])
+    if scale > 1:
+        img = img.resize((grid.shape[1] * scale, grid.shape[0] * scale), Image.NEAREST)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    img.save(path)
+
+
+def read_metrics(path: str):
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def truncate_metrics(path: str, last_step: int):
+    """Drop records past the step a run resumes from (they belong to a run that died before its checkpoint)."""
+    rows = read_metrics(path)
+    keep = [r for r in rows if r.get("step", 0) <= last_step]
+    if len(keep) != len(rows):
+        with open(path, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in keep)
+
+
+def timestep_pictures(metrics_path: str, out_dir: str, num_timesteps: int):
+    """timesteps.png: heatmap of the drawn-t distribution (rows: training step, columns: t), from metrics.jsonl's
+    per-window histograms; per_timestep_loss.png: the mean training MSE per t-bin over the last window and overall.
+    Returns the paths written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in read_metrics(metrics_path) if "t_hist" in r]
+    if not rows:
+        return []
+    steps = np.array([r["step"] for r in rows])
+    hist = np.array([r["t_hist"] for r in rows], np.float64)
+    nb = hist.shape[1]
+    dens = hist / np.maximum(hist.sum(1, keepdims=True), 1) * nb  # 1.0 = uniform
+    fig, ax = plt.subplots(figsize=(7, 4))
+    im = ax.imshow(dens, aspect="auto", origin="lower", cmap="magma",
+                   extent=(0, num_timesteps, steps[0], steps[-1] if len(steps) > 1 else steps[0] + 1))
+    ax.set_xlabel("timestep t")
+    ax.set_ylabel("training step")
+    ax.set_title("timestep distribution over training (density / uniform)")
+    fig.colorbar(im, ax=ax)
+    paths = [os.path.join(out_dir, "timesteps.png")]
+    fig.tight_layout()
+    fig.savefig(paths[0], dpi=100)
+    plt.close(fig)
+
+    loss_sum = np.array([r["t_loss_sum"] for r in rows], np.float64)
+    centers = (np.arange(nb) + 0.5) * num_timesteps / nb
+    fig, ax = plt.subplots(figsize=(7, 4))
+    last = loss_sum[-1] / np.maximum(hist[-1], 1)
+    allw = loss_sum.sum(0) / np.maximum(hist.sum(0), 1)
+    ax.semilogy(centers, np.where(hist.sum(0) > 0, allw, np.nan), label="whole run")
+    ax.semilogy(centers, np.where(hist[-1] > 0, last, np.nan), label=f"last window (step {steps[-1]})")
+    ax.set_xlabel("timestep t")
+    ax.set_ylabel("training MSE")
+    ax.set_title("per-timestep loss")
+    ax.legend()
+    paths.append(os.path.join(out_dir, "per_timestep_loss.png"))
+    fig.tight_layout()
+    fig.savefig(paths[1], dpi=100)
+    plt.close(fig)
+    return paths
+
+
+class MetricWriter:
+    """metrics.jsonl plus TensorBoard event files (process 0 only)."""
+
+    def __init__(self, workdir: str, enabled: bool):
+        self.enabled = enabled
+        self.jsonl = os.path.join(workdir, "metrics.jsonl")
+        self.tb = None
+        if enabled:
+            from tensorboardX import SummaryWriter
+
+            self.tb = SummaryWriter(logdir=os.path.join(workdir, "tb"))
+
+    def write(self, step: int, scalars: dict, arrays: dict = None):
+        if not self.enabled:
+            return
+        arrays = arrays or {}
+        rec = {"step": step, **scalars, **{k: np.asarray(v).tolist() for k, v in arrays.items()}}
+        with open(self.jsonl, "a") as f:
+            f.write(json.dumps(rec) + "\n")
+        for k, v in scalars.items():
+            self.tb.add_scalar(k, v, step)
+        if "t_hist" in arrays:
+            h = np.asarray(arrays["t_hist"])
+            edges = np.linspace(0, 1, len(h) + 1)
+            # a histogram over normalised t in [0, 1]: one sample per bin centre, weighted by counts
+            self.tb.add_histogram_raw("timesteps/drawn", min=0.0, max=1.0, num=int(h.sum()),
+                                      sum=float((h * (edges[:-1] + edges[1:]) / 2).sum()),
+                                      sum_squares=float((h * ((edges[:-1] + edges[1:]) / 2) ** 2).sum()),
+                                      bucket_limits=edges[1:].tolist(), bucket_counts=h.tolist(), global_step=step)
+        self.tb.flush()
+
+    def close(self):
+        if self.tb is not None:
+            self.tb.close()

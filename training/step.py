@@ -1,0 +1,85 @@
+"""The one pure train step: (state, uint8 images) -> (state, metrics).
+
+Samples timesteps from the sampler, takes one Adam step of the diffusion model on the weighted MSE, updates the EMA,
+then lets the sampler update its own state from what the step computed (the learned sampler runs its probes and
+policy update there, under lax.cond). Everything is one XLA computation; jit it once with shardings (train.py).
+"""
+import jax
+import jax.numpy as jnp
+import optax
+
+from diffusion import gaussian as g
+from samplers.base import StepContext
+from training.state import TrainState, learning_rate
+
+
+def to_float(images_u8):
+    """uint8 [0, 255] -> float32 [-1, 1]."""
+    return images_u8.astype(jnp.float32) / 127.5 - 1.0
+
+
+def make_apply(model):
+    def apply(params, x, t, dropout_key=None):
+        if dropout_key is None:
+            return model.apply(params, x, t, train=False)
+        return model.apply(params, x, t, train=True, rngs={"dropout": dropout_key})
+    return apply
+
+
+def make_terms_fn(model, config, schedule):
+    """terms_fn(params, x0 [B,...], ts [K], noise [K,B,...], dropout_key=None, kl_only=False) -> [B, K] bits/dim."""
+    apply = make_apply(model)
+    target, variance = config.diffusion.target, config.diffusion.variance
+
+    def terms_fn(params, x0, ts, noise, dropout_key=None, kl_only=False):
+        return g.bound_terms(lambda x, t: apply(params, x, t, dropout_key), schedule, target, variance, x0, ts, noise,
+                             kl_only=kl_only)
+    return terms_fn
+
+
+def make_train_step(config, model, schedule, sampler, weighting, tx):
+    target = config.diffusion.target
+    T = schedule.num_timesteps
+    nbins = config.diagnostics.t_bins
+    decay = config.train.ema_decay
+    apply = make_apply(model)
+    terms_fn = make_terms_fn(model, config, schedule)
+
+    def train_step(state: TrainState, images_u8):
+        x0 = to_float(images_u8)
+        key = jax.random.fold_in(state.rng, state.step)
+        k_t, k_noise, k_drop, k_sampler = jax.random.split(key, 4)
+        t, w_sampler, aux = sampler.sample(state.sampler_state, k_t, x0)
+        w = w_sampler * weighting(t)
+        noise = jax.random.normal(k_noise, x0.shape, jnp.float32)
+        xt = g.q_sample(schedule, x0, t, noise)
+        tgt = g.training_target(schedule, target, x0, t, noise)
+
+        def loss_fn(params):
+            mse = g.mean_flat((apply(params, xt, t, k_drop) - tgt) ** 2)
+            return jnp.mean(w * mse), mse
+
+        (loss, mse), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        ema = jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, state.ema_params, params)
+
+        ctx = StepContext(step=state.step, key=k_sampler, x0=x0, t=t, aux=aux, losses=mse,
+                          params_before=state.params, params_after=params, terms_fn=terms_fn)
+        sampler_state, sampler_metrics = sampler.update(state.sampler_state, ctx)
+
+        grad_norm = optax.global_norm(grads)
+        bins = t * nbins // T
+        metrics = dict(
+            loss=loss, mse=jnp.mean(mse), grad_norm=grad_norm, lr=learning_rate(config, state.step),
+            finite_loss=jnp.isfinite(loss), finite_grads=jnp.isfinite(grad_norm),
+            finite_sampler=sampler.check_finite(sampler_state, aux),
+            t_hist=jnp.zeros((nbins,), jnp.int32).at[bins].add(1),
+            t_loss_sum=jnp.zeros((nbins,), jnp.float32).at[bins].add(mse),
+            **{"sampler/" + k: v for k, v in sampler_metrics.items()},
+        )
+        new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state, ema_params=ema,
+                               sampler_state=sampler_state, rng=state.rng)
+        return new_state, metrics
+
+    return train_step

@@ -1,0 +1,173 @@
+"""The training loop, importable from a notebook: `train(config, workdir)`.
+
+Shapes -> shardings -> sharded init (or restore) -> one jitted, donated train step -> metrics at log steps,
+checkpoints every config.train.ckpt_every steps and at the end -> EMA samples and timestep pictures.
+"""
+import dataclasses
+import os
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl import logging
+
+from data import BatchIterator, load_split
+from diffusion import make_schedule, sampling
+from samplers import make_sampler
+from training import checkpoint as ckpt
+from training import report
+from training.mesh import batch_sharding, make_mesh, replicated
+from training.state import image_shape, init_state, make_model, make_optimizer
+from training.step import make_apply, make_train_step
+from training.validate import check_workdir, validate
+from weightings import make_weighting
+
+
+class TrainingDiverged(RuntimeError):
+    pass
+
+
+@dataclasses.dataclass
+class Setup:
+    config: object
+    mesh: object
+    schedule: object
+    model: object
+    sampler: object
+    weighting: object
+    tx: object
+    train_step: object  # the raw pure function
+    step_fn: object  # jitted with shardings, state donated
+    abstract_state: object
+    state_shardings: object
+    batch_sharding: object
+
+
+def build(config) -> Setup:
+    """Validate the config and build everything that does not depend on the workdir. Compiles nothing yet."""
+    validate(config)
+    mesh = make_mesh(config)
+    schedule = make_schedule(config.diffusion.schedule, config.diffusion.num_timesteps)
+    model = make_model(config)
+    sampler = make_sampler(config, schedule)
+    weighting = make_weighting(config, schedule)
+    tx = make_optimizer(config)
+    raw = make_train_step(config, model, schedule, sampler, weighting, tx)
+    abstract = jax.eval_shape(lambda k: init_state(config, model, tx, sampler, k), jax.random.PRNGKey(0))
+    state_sh = jax.tree.map(lambda _: replicated(mesh), abstract)
+    b_sh = batch_sharding(mesh)
+    step_fn = jax.jit(raw, in_shardings=(state_sh, b_sh), out_shardings=(state_sh, replicated(mesh)),
+                      donate_argnums=(0,))
+    return Setup(config, mesh, schedule, model, sampler, weighting, tx, raw, step_fn, abstract, state_sh, b_sh)
+
+
+def initial_state(setup: Setup):
+    c = setup.config
+    init = jax.jit(lambda k: init_state(c, setup.model, setup.tx, setup.sampler, k), out_shardings=setup.state_shardings)
+    return init(jax.random.PRNGKey(c.seed))
+
+
+def generate(setup: Setup, params, key, num: int) -> np.ndarray:
+    """num samples from `params` (the EMA parameters at the end of training), as uint8 [num, H, W, C]."""
+    c = setup.config
+    apply = make_apply(setup.model)
+    shape = image_shape(c, num)
+    if c.sample.method == "ddim":
+        fn = lambda p, k: sampling.ddim(lambda x, t: apply(p, x, t), setup.schedule, c.diffusion.target, k, shape,
+                                        c.sample.ddim_steps)
+    else:
+        fn = lambda p, k: sampling.ancestral(lambda x, t: apply(p, x, t), setup.schedule, c.diffusion.target,
+                                             c.diffusion.variance, k, shape)
+    x = jax.jit(fn)(params, key)
+    return np.asarray(jnp.round((x + 1.0) * 127.5).clip(0, 255).astype(jnp.uint8))
+
+
+def _summarise(window, first_step):
+    """Host-side summary of a window of per-step metrics; raises TrainingDiverged at the first non-finite step."""
+    host = jax.device_get(window)
+    for i, m in enumerate(host):
+        bad = [q for q, k in (("loss", "finite_loss"), ("gradients", "finite_grads"),
+                              ("sampler outputs", "finite_sampler")) if not bool(m[k])]
+        if bad:
+            return first_step + i, bad, None
+    scalars = {k: float(np.mean([m[k] for m in host])) for k in ("loss", "mse", "grad_norm")}
+    scalars["lr"] = float(host[-1]["lr"])
+    arrays = {k: np.sum([m[k] for m in host], axis=0) for k in ("t_hist", "t_loss_sum")}
+    for k, v in host[-1].items():
+        if k.startswith("sampler/"):
+            (scalars if np.ndim(v) == 0 else arrays)[k] = float(v) if np.ndim(v) == 0 else np.asarray(v)
+    return None, None, (scalars, arrays)
+
+
+def train(config, workdir: str):
+    """Train (or resume) in `workdir`. Returns the final train state."""
+    check_workdir(workdir)
+    setup = build(config)
+    c = config
+    is_main = jax.process_index() == 0
+    ckpt.check_run_identity(c, workdir)
+    mngr = ckpt.make_manager(c, workdir)
+    latest = mngr.latest_step()
+    metrics_path = os.path.join(workdir, "metrics.jsonl")
+    if latest is not None:
+        abstract = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
+        state = ckpt.restore(mngr, latest, abstract, workdir)
+        start = int(state.step)
+        if is_main:
+            report.truncate_metrics(metrics_path, start)
+            logging.info("resumed from %s at step %d", workdir, start)
+            print(f"Resuming from checkpoint step {start} in {workdir}", flush=True)
+    else:
+        state = initial_state(setup)
+        start = 0
+
+    train_source = load_split(c, "train")
+    batches = BatchIterator(train_source, c.seed, c.train.batch_size, setup.batch_sharding, start_step=start)
+    writer = report.MetricWriter(workdir, enabled=is_main)
+    from tqdm import tqdm
+
+    import sys
+
+    bar = tqdm(total=c.train.num_steps, initial=start, disable=not is_main, dynamic_ncols=True, desc="train",
+               mininterval=0.5 if sys.stderr.isatty() else 30.0)
+    window, window_start, t_window = [], start, time.perf_counter()
+    last_saved = latest
+    try:
+        for step in range(start, c.train.num_steps):
+            _, batch = next(batches)
+            state, metrics = setup.step_fn(state, batch)
+            window.append(metrics)
+            done = step + 1
+            save_now = done % c.train.ckpt_every == 0 or done == c.train.num_steps
+            if done % c.train.log_every == 0 or save_now:
+                bad_step, bad, summary = _summarise(window, window_start)
+                if bad_step is not None:
+                    raise TrainingDiverged(
+                        f"step {bad_step}: non-finite {', '.join(bad)}; the last good checkpoint is step "
+                        f"{last_saved} in {workdir}/checkpoints (resume with a changed config, e.g. a lower "
+                        f"--config.train.lr)")
+                scalars, arrays = summary
+                now = time.perf_counter()
+                scalars["steps_per_sec"] = len(window) / (now - t_window)
+                writer.write(done, scalars, arrays)
+                bar.set_postfix(loss=f"{scalars['loss']:.4f}", refresh=False)
+                window, window_start, t_window = [], done, now
+            if save_now:
+                ckpt.save(mngr, done, state)
+                last_saved = done
+            bar.update(1)
+    finally:
+        batches.close()
+        bar.close()
+        writer.close()
+
+    if c.train.num_steps > 0 and is_main:
+        key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0x5A5A)
+        images = generate(setup, state.ema_params, key, c.sample.num)
+        path = os.path.join(workdir, "samples", f"step_{int(state.step):07d}.png")
+        report.save_grid(images, path)
+        pics = report.timestep_pictures(metrics_path, workdir, setup.schedule.num_timesteps)
+        print(f"Samples: {path}" + "".join(f"\nPicture: {p}" for p in pics), flush=True)
+    mngr.close()
+    return state
