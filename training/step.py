@@ -68,7 +68,7 @@ def make_train_step(config, model, schedule, sampler, weighting, tx):
                           params_before=state.params, params_after=params, terms_fn=terms_fn)
         sampler_state, sampler_metrics = sampler.update(state.sampler_state, ctx)
 
-        grad_norm = optax.global_norm(grads)
+        grad_norm = optax.tree.norm(grads)
         bins = t * nbins // T
         metrics = dict(
             loss=loss, mse=jnp.mean(mse), grad_norm=grad_norm, lr=learning_rate(config, state.step),

@@ -1,0 +1,43 @@
+import numpy as np
+import pytest
+
+from data import global_batch_indices, load_split
+from data.sources import DatasetNotFound, digits_arrays
+
+
+def test_digits_split_is_fixed_and_8bit():
+    (tr, trl), (te, tel) = digits_arrays()
+    assert tr.shape == (1500, 8, 8, 1) and te.shape == (297, 8, 8, 1)
+    assert tr.dtype == np.uint8 and tr.max() == 255 and tr.min() == 0
+    (tr2, _), _ = digits_arrays()
+    np.testing.assert_array_equal(tr, tr2)
+    # sklearn's pixel values 0..16 map to round(v * 255 / 16)
+    assert set(np.unique(tr)) <= {round(v * 255 / 16) for v in range(17)}
+
+
+def test_batches_walk_through_epoch_permutations():
+    n, B = 10, 4
+    stream = np.concatenate([global_batch_indices(0, s, B, n) for s in range(5)])  # 20 = 2 epochs
+    assert sorted(stream[:10]) == list(range(10)) and sorted(stream[10:]) == list(range(10))
+    assert not np.array_equal(stream[:10], stream[10:])
+    np.testing.assert_array_equal(global_batch_indices(0, 3, B, n), stream[12:16])
+    assert not np.array_equal(global_batch_indices(1, 0, B, n), global_batch_indices(0, 0, B, n))
+
+
+def test_tfds_builder_path_serves_the_same_images(tmp_path, tiny):
+    from data.digits_builder import prepare
+
+    prepare(str(tmp_path))
+    c = tiny(**{"data.name": "digits_tfds", "data.data_dir": str(tmp_path)})
+    src, ref = load_split(c, "test"), load_split(tiny(), "test")
+    assert len(src) == len(ref) == 297
+    idx = np.arange(297)
+    key = lambda a: sorted(im.tobytes() for im in a)  # tfds shuffles records by key hash when it prepares
+    assert key(src.get(idx)) == key(ref.get(idx))
+    assert src.get(np.array([3, 3])).shape == (2, 8, 8, 1)
+
+
+def test_missing_dataset_says_how_to_get_it(tmp_path, tiny):
+    c = tiny(**{"data.name": "cifar10", "data.data_dir": str(tmp_path), "data.image_size": 32, "data.channels": 3})
+    with pytest.raises(DatasetNotFound, match=r"config.data.name='cifar10'.*tfds build cifar10"):
+        load_split(c, "train")

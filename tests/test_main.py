@@ -1,0 +1,88 @@
+"""main.py end to end on the embedded digits, and bad input stopping before training with one clear line."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, tiny_config
+from training.validate import ConfigError, check_workdir, validate
+
+TINY = ["--config.model.ch=8", "--config.model.ch_mult=(1,2)", "--config.model.num_groups=4",
+        "--config.train.batch_size=16", "--config.train.log_every=2", "--config.train.ckpt_every=4",
+        "--config.sample.num=4", "--config.sample.method=ddim", "--config.sample.ddim_steps=5",
+        "--config.diagnostics.t_bins=10"]
+
+
+def run_main(workdir, *args, steps=4):
+    cmd = [sys.executable, "main.py", "--config=configs/default.py", f"--workdir={workdir}", *TINY,
+           f"--config.train.num_steps={steps}", *args]
+    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("e2e")
+    r = run_main(wd)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return wd, r
+
+
+def test_end_to_end_run_leaves_what_a_user_expects(finished_run):
+    wd, r = finished_run
+    assert (wd / "samples" / "step_0000004.png").exists()
+    assert (wd / "timesteps.png").exists() and (wd / "per_timestep_loss.png").exists()
+    rows = [json.loads(line) for line in open(wd / "metrics.jsonl")]
+    assert [row["step"] for row in rows] == [2, 4]
+    assert all(row["loss"] > 0 and len(row["t_hist"]) == 10 and sum(row["t_hist"]) == 2 * 16 for row in rows)
+    assert any(f.startswith("events.out.tfevents") for f in os.listdir(wd / "tb"))
+    assert sorted(os.listdir(wd / "checkpoints")) == ["4"]
+    from PIL import Image
+
+    assert Image.open(wd / "samples" / "step_0000004.png").size[0] >= 8 * 2
+
+
+def test_rerun_of_a_finished_run_resumes_and_trains_no_more(finished_run):
+    wd, _ = finished_run
+    r = run_main(wd)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "Resuming from checkpoint step 4" in r.stdout
+    assert len(open(wd / "metrics.jsonl").readlines()) == 2
+
+
+def test_workdir_of_another_config_is_refused(finished_run):
+    wd, _ = finished_run
+    r = run_main(wd, "--config.diffusion.schedule=cosine")
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "different run" in err[0] and "config.diffusion.schedule: 'linear'" in err[0]
+
+
+def test_unknown_sampler_stops_with_one_line(tmp_path):
+    r = run_main(tmp_path / "w", "--config.sampler.name=bogus")
+    assert r.returncode == 2
+    err = r.stderr.strip().splitlines()
+    assert len(err) == 1 and "config.sampler.name='bogus'" in err[0] and "uniform" in err[0]
+    assert not (tmp_path / "w" / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("weighting.name", "bogus", "config.weighting.name='bogus'"),
+    ("diffusion.schedule", "sigmoid", "config.diffusion.schedule='sigmoid'"),
+    ("diffusion.target", "score", "config.diffusion.target='score'"),
+    ("data.name", "mnist", "config.data.name='mnist'"),
+    ("train.batch_size", 12, "config.train.batch_size=12 is not allowed: must be divisible by the 8 devices"),
+    ("model.ch_mult", (1, 2, 2, 2, 2), "config.data.image_size=8 must be a positive multiple of 16"),
+])
+def test_bad_fields_name_field_value_and_allowed(field, value, needle):
+    with pytest.raises(ConfigError) as e:
+        validate(tiny_config(**{field: value}))
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_unwritable_workdir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    with pytest.raises(ConfigError, match=r"--workdir=.* cannot be written"):
+        check_workdir(str(blocker / "sub"))
