@@ -138,19 +138,33 @@ def prior_bpd(s: Schedule, x0):
 
 
 def bound_terms(apply_fn, s: Schedule, target: str, variance: str, x0, ts, noise, *, kl_only: bool = False,
-                clip_denoised: bool = False):
+                clip_denoised: bool = False, max_rows: int = 0):
     """Bound terms for many timesteps at once.
 
     x0: [B, H, W, C]; ts: [K] int timesteps; noise: [K, B, H, W, C]. Returns [B, K] bits/dim.
     The K copies are folded batch-major (example b's K rows are adjacent), so the new rows stay on the device
     that holds example b when the batch is sharded (style.md pitfalls: vmap over K added an all-gather).
-    `apply_fn(xt, t) -> out` runs the network on a flat batch.
+    With max_rows > 0 the timesteps are processed in sequential chunks (lax.map) of at most max(1, max_rows // B)
+    timesteps, which bounds peak memory: XLA sizes its scratch memory for the largest branch of the step even on
+    steps that do not run it. `apply_fn(xt, t)` runs the network on a flat batch.
     """
     B, K = x0.shape[0], ts.shape[0]
-    x0r = jnp.repeat(x0, K, axis=0)  # [B*K, ...], row b*K + k
-    tr = jnp.tile(ts, B)
-    nr = jnp.swapaxes(noise, 0, 1).reshape((B * K,) + x0.shape[1:])
-    xt = q_sample(s, x0r, tr, nr)
-    out = apply_fn(xt, tr)
     fn = kl_terms_bpd if kl_only else vb_terms_bpd
-    return fn(s, target, variance, x0r, xt, tr, out, clip_denoised).reshape(B, K)
+
+    def chunk(ts_c, noise_c):
+        k = ts_c.shape[0]
+        x0r = jnp.repeat(x0, k, axis=0)  # [B*k, ...], row b*k + j
+        tr = jnp.tile(ts_c, B)
+        nr = jnp.swapaxes(noise_c, 0, 1).reshape((B * k,) + x0.shape[1:])
+        xt = q_sample(s, x0r, tr, nr)
+        return fn(s, target, variance, x0r, xt, tr, apply_fn(xt, tr), clip_denoised).reshape(B, k)
+
+    k = K if max_rows <= 0 else max(1, min(K, max_rows // B))
+    if k >= K:
+        return chunk(ts, noise)
+    n = -(-K // k)
+    pad = n * k - K
+    ts_p = jnp.concatenate([ts, jnp.broadcast_to(ts[:1], (pad,))]).reshape(n, k)
+    noise_p = jnp.concatenate([noise, jnp.broadcast_to(noise[:1], (pad,) + noise.shape[1:])]).reshape((n, k) + noise.shape[1:])
+    out = jax.lax.map(lambda a: chunk(*a), (ts_p, noise_p))  # [n, B, k]
+    return jnp.moveaxis(out, 0, 1).reshape(B, n * k)[:, :K]

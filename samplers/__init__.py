@@ -1,8 +1,9 @@
 """Timestep samplers, registered by name. Adding one: a module with a Sampler subclass and a line here."""
 from samplers.base import Sampler, StepContext
+from samplers.adaptive import AdaptiveSampler
 from samplers.uniform import UniformSampler
 
-SAMPLERS = {cls.name: cls for cls in (UniformSampler,)}
+SAMPLERS = {cls.name: cls for cls in (UniformSampler, AdaptiveSampler)}
 
 
 def make_sampler(config, schedule) -> Sampler:

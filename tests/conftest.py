@@ -20,31 +20,34 @@ sys.path.insert(0, ROOT)
 import pytest  # noqa: E402
 
 
+# The default config with a tiny UNet and sampler and a short run: shared by every test (and by main.py runs in
+# subprocesses, as flags) so that they compile the same programs, which the compilation cache then serves.
+TINY = {
+    "model.ch": 8, "model.ch_mult": (1, 2), "model.attn_resolutions": (4,), "model.num_groups": 4,
+    "train.batch_size": 16, "train.num_steps": 4, "train.log_every": 2, "train.ckpt_every": 2,
+    "train.warmup_steps": 2, "sample.num": 4, "sample.method": "ddim", "sample.ddim_steps": 5,
+    "diagnostics.t_bins": 10, "sampler.probe_batch_size": 8, "sampler.policy_channels": (8, 16),
+    "sampler.policy_hidden": (32,), "sampler.sweep_stride": 50, "sampler.update_every": 2,
+}
+
+
 def tiny_config(**overrides):
-    """The default config with a tiny UNet and short run, for fast tests. overrides: {"train.num_steps": 4}."""
+    """tiny config; overrides such as {"train.num_steps": 4}."""
     from configs.default import get_config
 
     c = get_config()
-    c.model.ch = 8
-    c.model.ch_mult = (1, 2)
-    c.model.attn_resolutions = (4,)
-    c.model.num_groups = 4
-    c.train.batch_size = 16
-    c.train.num_steps = 4
-    c.train.log_every = 2
-    c.train.ckpt_every = 2
-    c.train.warmup_steps = 2
-    c.sample.num = 4
-    c.sample.method = "ddim"
-    c.sample.ddim_steps = 5
-    c.diagnostics.t_bins = 10
-    for k, v in overrides.items():
+    for k, v in {**TINY, **overrides}.items():
         node = c
         *path, last = k.split(".")
         for p in path:
             node = node[p]
         node[last] = v
     return c
+
+
+def tiny_flags(**overrides):
+    """The same as command-line flags for main.py."""
+    return [f"--config.{k}={v}".replace(" ", "") for k, v in {**TINY, **overrides}.items()]
 
 
 @pytest.fixture

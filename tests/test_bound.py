@@ -113,3 +113,15 @@ def test_true_noise_model_has_lower_nll_than_zero_model():
     nll_zero = _nll(lambda _: (lambda xt, t: jnp.zeros_like(xt)), x0)
     assert bool(jnp.all(nll_true < nll_zero))
     assert bool(jnp.all(nll_true > 0))
+
+
+@pytest.mark.parametrize("max_rows", [4, 8, 12])
+def test_chunked_terms_equal_unchunked(max_rows):
+    """lax.map over chunks of timesteps (padding the last chunk) gives the same [B, K] terms."""
+    x0 = jax.random.uniform(jax.random.PRNGKey(8), (4, 4, 4, 1), minval=-1, maxval=1)
+    ts = jnp.array([0, 7, 100, 500, 999])
+    noise = jax.random.normal(jax.random.PRNGKey(9), (5,) + x0.shape)
+    apply = lambda xt, t: 0.2 * xt - 0.001 * t[:, None, None, None]
+    full = g.bound_terms(apply, S, "eps", "fixed_large", x0, ts, noise, kl_only=True)
+    chunked = g.bound_terms(apply, S, "eps", "fixed_large", x0, ts, noise, kl_only=True, max_rows=max_rows)
+    np.testing.assert_allclose(np.asarray(chunked), np.asarray(full), rtol=1e-5, atol=1e-7)

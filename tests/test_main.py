@@ -6,18 +6,12 @@ import sys
 
 import pytest
 
-from conftest import ROOT, tiny_config
+from conftest import ROOT, tiny_config, tiny_flags
 from training.validate import ConfigError, check_workdir, validate
 
-TINY = ["--config.model.ch=8", "--config.model.ch_mult=(1,2)", "--config.model.num_groups=4",
-        "--config.train.batch_size=16", "--config.train.log_every=2", "--config.train.ckpt_every=4",
-        "--config.sample.num=4", "--config.sample.method=ddim", "--config.sample.ddim_steps=5",
-        "--config.diagnostics.t_bins=10"]
-
-
 def run_main(workdir, *args, steps=4):
-    cmd = [sys.executable, "main.py", "--config=configs/default.py", f"--workdir={workdir}", *TINY,
-           f"--config.train.num_steps={steps}", *args]
+    cmd = [sys.executable, "main.py", "--config=configs/default.py", f"--workdir={workdir}",
+           *tiny_flags(**{"train.num_steps": steps, "train.ckpt_every": 4}), *args]
     return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 

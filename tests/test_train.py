@@ -1,3 +1,5 @@
+import os
+
 import chex
 import jax
 import numpy as np
@@ -5,7 +7,7 @@ import pytest
 
 from data import load_split
 from data.pipeline import global_batch_indices
-from training.train import build, initial_state, train
+from training.train import TrainingDiverged, build, initial_state, train
 
 
 def batches(c, steps):
@@ -22,34 +24,44 @@ def run_steps(c, n, step_fn=None):
     return state, metrics
 
 
-def test_eight_devices_agree_with_one(tiny):
-    s8, m8 = run_steps(tiny(**{"mesh.data": 8}), 3)
+def test_eight_devices_agree_with_one_and_the_step_traces_once(tiny):
+    def counted(setup):  # the 8-device step, jitted as train.py does, raising on a second trace
+        return setup.jit_step(chex.assert_max_traces(setup.train_step, n=1))
+
+    chex.clear_trace_counter()
+    s8, m8 = run_steps(tiny(**{"mesh.data": 8}), 3, counted)
     s1, m1 = run_steps(tiny(**{"mesh.data": 1}), 3)
     assert len(s8.params["params"]["Conv_0"]["kernel"].sharding.device_set) == 8
     chex.assert_trees_all_close(jax.device_get(s8.params), jax.device_get(s1.params), rtol=2e-4, atol=2e-6)
     chex.assert_trees_all_close(jax.device_get(s8.ema_params), jax.device_get(s1.ema_params), rtol=2e-4, atol=2e-6)
     assert float(m8["loss"]) == pytest.approx(float(m1["loss"]), rel=1e-4)
+    # the learned sampler's state (policy, its optimizer, the sweep buffer, S) after two policy updates (steps 0, 2)
+    assert int(s8.sampler_state["updates"]) == 2
+    chex.assert_trees_all_close(jax.device_get(s8.sampler_state), jax.device_get(s1.sampler_state), rtol=2e-3, atol=2e-5)
 
 
-def test_train_step_traces_once(tiny):
-    def counted(setup):
-        raw = chex.assert_max_traces(setup.train_step, n=1)
-        return jax.jit(raw, in_shardings=(setup.state_shardings, setup.batch_sharding), donate_argnums=(0,))
+@pytest.mark.parametrize("name", ["uniform", "adaptive"])
+def test_timesteps_differ_across_the_batch_shards(tiny, name):
+    from diffusion import make_schedule
+    from samplers import make_sampler
+    from training.mesh import batch_sharding, make_mesh
 
-    chex.clear_trace_counter()
-    state, metrics = run_steps(tiny(), 4, counted)  # a 2nd trace would raise
-    assert int(state.step) == 4
+    c = tiny(**{"sampler.name": name, "train.batch_size": 64})
+    sampler = make_sampler(c, make_schedule("linear", 1000))
+    x0 = jax.device_put(np.zeros((64, 8, 8, 1), np.float32), batch_sharding(make_mesh(c)))
+    state = sampler.init(jax.random.PRNGKey(0), x0)
+    t, w, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(1), x0)
+    shards = np.asarray(t).reshape(8, 8)  # identical images: only the random draws tell the shards apart
+    assert len({tuple(r) for r in shards}) == 8
+    assert len(np.unique(shards)) > 40 and shards.min() >= 0 and shards.max() <= 999
+    np.testing.assert_array_equal(np.asarray(w), 1.0)
 
 
-def test_timesteps_differ_across_the_batch_shards(tiny):
-    _, m = run_steps(tiny(**{"diagnostics.t_bins": 1000, "diffusion.num_timesteps": 1000}), 1)
-    assert int(np.count_nonzero(np.asarray(m["t_hist"]))) > 12  # 16 draws from 1000: nearly all distinct
-
-
-def test_resume_equals_uninterrupted(tiny, tmp_path):
-    c = tiny(**{"train.num_steps": 6, "train.ckpt_every": 3, "train.log_every": 3})
+@pytest.mark.parametrize("sampler", ["adaptive", "uniform"])
+def test_resume_equals_uninterrupted(tiny, tmp_path, sampler):
+    c = tiny(**{"train.num_steps": 6, "train.ckpt_every": 3, "train.log_every": 3, "sampler.name": sampler})
     full = train(c, str(tmp_path / "full"))
-    half = tiny(**{"train.num_steps": 3, "train.ckpt_every": 3, "train.log_every": 3})
+    half = tiny(**{"train.num_steps": 3, "train.ckpt_every": 3, "train.log_every": 3, "sampler.name": sampler})
     train(half, str(tmp_path / "resumed"))
     resumed = train(c, str(tmp_path / "resumed"))
     assert int(resumed.step) == 6
@@ -57,3 +69,12 @@ def test_resume_equals_uninterrupted(tiny, tmp_path):
     chex.assert_trees_all_equal(jax.device_get(full.opt_state), jax.device_get(resumed.opt_state))
     chex.assert_trees_all_equal(jax.device_get(full.ema_params), jax.device_get(resumed.ema_params))
     chex.assert_trees_all_equal(jax.device_get(full.sampler_state), jax.device_get(resumed.sampler_state))
+
+
+def test_non_finite_policy_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tiny, tmp_path):
+    # an absurd policy learning rate: the first policy update (step 0) leaves finite but huge weights, whose
+    # outputs at step 1 are not finite
+    c = tiny(**{"train.num_steps": 3, "train.ckpt_every": 1, "train.log_every": 1, "sampler.policy_lr": 1e38})
+    with pytest.raises(TrainingDiverged, match=r"step 1: non-finite sampler outputs; the last good checkpoint is step 1"):
+        train(c, str(tmp_path))
+    assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1"]

@@ -13,7 +13,7 @@ from etils import epath
 
 # Sections a resumed run may change without starting a different run.
 MUTABLE = ("train", "sample", "mesh", "diagnostics", "eval")
-MUTABLE_FIELDS = ("data.data_dir",)
+MUTABLE_FIELDS = ("data.data_dir", "sampler.policy_lr", "sampler.entropy_coef", "sampler.update_every")
 
 
 class WorkdirMismatch(RuntimeError):

@@ -107,6 +107,10 @@ class MetricWriter:
             f.write(json.dumps(rec) + "\n")
         for k, v in scalars.items():
             self.tb.add_scalar(k, v, step)
+        for k, v in arrays.items():
+            if k.startswith("sampler/"):  # small vectors such as the selected timesteps S
+                for i, x in enumerate(np.ravel(v)):
+                    self.tb.add_scalar(f"{k}_{i}", float(x), step)
         if "t_hist" in arrays:
             h = np.asarray(arrays["t_hist"])
             edges = np.linspace(0, 1, len(h) + 1)

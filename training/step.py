@@ -27,13 +27,14 @@ def make_apply(model):
 
 
 def make_terms_fn(model, config, schedule):
-    """terms_fn(params, x0 [B,...], ts [K], noise [K,B,...], dropout_key=None, kl_only=False) -> [B, K] bits/dim."""
+    """terms_fn(params, x0 [B,...], ts [K], noise [K,B,...], dropout_key=None, kl_only=False, max_rows=0)
+    -> [B, K] bits/dim; max_rows > 0 runs the network on at most that many rows at a time (gaussian.bound_terms)."""
     apply = make_apply(model)
     target, variance = config.diffusion.target, config.diffusion.variance
 
-    def terms_fn(params, x0, ts, noise, dropout_key=None, kl_only=False):
+    def terms_fn(params, x0, ts, noise, dropout_key=None, kl_only=False, max_rows=0):
         return g.bound_terms(lambda x, t: apply(params, x, t, dropout_key), schedule, target, variance, x0, ts, noise,
-                             kl_only=kl_only)
+                             kl_only=kl_only, max_rows=max_rows)
     return terms_fn
 
 

@@ -43,6 +43,11 @@ class Setup:
     state_shardings: object
     batch_sharding: object
 
+    def jit_step(self, fn):
+        """jit a (state, batch) -> (state, metrics) function with the train step's shardings, state donated."""
+        return jax.jit(fn, in_shardings=(self.state_shardings, self.batch_sharding),
+                       out_shardings=(self.state_shardings, replicated(self.mesh)), donate_argnums=(0,))
+
 
 def build(config) -> Setup:
     """Validate the config and build everything that does not depend on the workdir. Compiles nothing yet."""
@@ -57,9 +62,9 @@ def build(config) -> Setup:
     abstract = jax.eval_shape(lambda k: init_state(config, model, tx, sampler, k), jax.random.PRNGKey(0))
     state_sh = jax.tree.map(lambda _: replicated(mesh), abstract)
     b_sh = batch_sharding(mesh)
-    step_fn = jax.jit(raw, in_shardings=(state_sh, b_sh), out_shardings=(state_sh, replicated(mesh)),
-                      donate_argnums=(0,))
-    return Setup(config, mesh, schedule, model, sampler, weighting, tx, raw, step_fn, abstract, state_sh, b_sh)
+    setup = Setup(config, mesh, schedule, model, sampler, weighting, tx, raw, None, abstract, state_sh, b_sh)
+    setup.step_fn = setup.jit_step(raw)
+    return setup
 
 
 def initial_state(setup: Setup):

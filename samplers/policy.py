@@ -1,0 +1,53 @@
+"""The Beta policy network of the learned timestep sampler (Kim et al., CVPR 2025; method.md 1.1).
+
+A conv trunk (3x3 convs with ReLU, 2x2 max-pool while the image is at least 2x2), global average pooling so any
+image size and channel count works (the reference flattens a fixed 32x32x3 map), an MLP, and two heads:
+alpha = softplus(o1) + 1e-5, beta = softplus(o2) + 1e-5. The heads start at weight 0, bias 0.5, so every image
+starts at Beta(0.974, 0.974), close to uniform.
+"""
+from typing import Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax.scipy.special import betaln, digamma
+
+U_EPS = 1e-6  # u is clipped into (U_EPS, 1 - U_EPS) before its log-density
+
+
+class BetaPolicy(nn.Module):
+    channels: Sequence[int] = (32, 64, 128)
+    hidden: Sequence[int] = (256, 256)
+
+    @nn.compact
+    def __call__(self, x0):
+        """x0: [B, H, W, C] in [-1, 1] -> (alpha [B], beta [B])."""
+        h = x0
+        for c in self.channels:
+            h = nn.relu(nn.Conv(c, (3, 3))(h))
+            if h.shape[1] >= 2 and h.shape[2] >= 2:
+                h = nn.max_pool(h, (2, 2), strides=(2, 2))
+        h = jnp.mean(h, axis=(1, 2))
+        for d in self.hidden:
+            h = nn.relu(nn.Dense(d)(h))
+        o = nn.Dense(2, kernel_init=nn.initializers.zeros, bias_init=nn.initializers.constant(0.5))(h)
+        ab = nn.softplus(o) + 1e-5
+        return ab[:, 0], ab[:, 1]
+
+
+def beta_log_prob(u, a, b):
+    u = jnp.clip(u, U_EPS, 1.0 - U_EPS)
+    return (a - 1.0) * jnp.log(u) + (b - 1.0) * jnp.log1p(-u) - betaln(a, b)
+
+
+def beta_entropy(a, b):
+    return betaln(a, b) - (a - 1.0) * digamma(a) - (b - 1.0) * digamma(b) + (a + b - 2.0) * digamma(a + b)
+
+
+def u_to_t(u, num_timesteps: int):
+    """t = round(u (T - 1)), as int32."""
+    return jnp.round(u * (num_timesteps - 1)).astype(jnp.int32)
+
+
+def sample_u(key, a, b):
+    return jax.random.beta(key, a, b).astype(jnp.float32)
