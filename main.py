@@ -11,6 +11,11 @@ config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment conf
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and samples go.")
 flags.DEFINE_enum("mode", "train", ["train"], "What to do.")
+flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first: with no other flag on a Cloud TPU "
+                  "pod or under SLURM (auto-detected), else from the three flags below.")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for --distributed off TPU/SLURM.")
+flags.DEFINE_integer("num_processes", None, "Number of processes, for --distributed off TPU/SLURM.")
+flags.DEFINE_integer("process_id", None, "This process's index, for --distributed off TPU/SLURM.")
 FLAGS = flags.FLAGS
 
 
@@ -20,6 +25,13 @@ def main(argv):
 
     configure_cpu_devices(FLAGS.config)  # before anything imports jax
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
+    if FLAGS.distributed:
+        import jax
+
+        if FLAGS.coordinator_address:
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes; no effect on GPU/TPU
+        jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
+                                   process_id=FLAGS.process_id)
     from training.checkpoint import WorkdirMismatch
     from training.train import TrainingDiverged, train
     from training.validate import ConfigError
