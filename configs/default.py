@@ -2,7 +2,7 @@
 
     python main.py --config=configs/default.py --workdir=/tmp/digits
 
-About 3 minutes on 2 CPU cores; leaves samples/, timesteps.png and per_timestep_loss.png in the workdir.
+About 4 minutes on 2 CPU cores; leaves samples/, timesteps.png and per_timestep_loss.png in the workdir.
 Override any field, e.g. --config.train.num_steps=500 --config.sampler.name=uniform.
 """
 import ml_collections

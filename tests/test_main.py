@@ -9,16 +9,17 @@ import pytest
 from conftest import ROOT, tiny_config, tiny_flags
 from training.validate import ConfigError, check_workdir, validate
 
-def run_main(workdir, *args, steps=4):
-    cmd = [sys.executable, "main.py", "--config=configs/default.py", f"--workdir={workdir}",
+def run_main(workdir, *args, steps=4, cwd=ROOT):
+    cmd = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={ROOT}/configs/default.py", f"--workdir={workdir}",
            *tiny_flags(**{"train.num_steps": steps, "train.ckpt_every": 4}), *args]
-    return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     wd = tmp_path_factory.mktemp("e2e")
-    r = run_main(wd)
+    r = run_main("wd", cwd=wd)  # a relative workdir, as in the README
+    wd = wd / "wd"
     assert r.returncode == 0, r.stderr[-3000:]
     return wd, r
 

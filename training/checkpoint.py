@@ -60,7 +60,7 @@ def check_run_identity(config, workdir: str):
 
 def make_manager(config, workdir: str) -> ocp.CheckpointManager:
     opts = ocp.CheckpointManagerOptions(max_to_keep=config.train.keep_checkpoints, create=True,
-                                        enable_async_checkpointing=False)
+                                        enable_async_checkpointing=False, cleanup_tmp_directories=True)
     return ocp.CheckpointManager(epath.Path(workdir) / "checkpoints", options=opts)
 
 

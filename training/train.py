@@ -108,6 +108,8 @@ def _summarise(window, first_step):
 def train(config, workdir: str):
     """Train (or resume) in `workdir`. Returns the final train state."""
     check_workdir(workdir)
+    if "://" not in workdir:
+        workdir = os.path.abspath(workdir)  # orbax needs absolute paths
     setup = build(config)
     c = config
     is_main = jax.process_index() == 0
@@ -126,6 +128,8 @@ def train(config, workdir: str):
     else:
         state = initial_state(setup)
         start = 0
+        if is_main:  # records of an earlier attempt that never reached a checkpoint
+            report.truncate_metrics(metrics_path, 0)
 
     train_source = load_split(c, "train")
     batches = BatchIterator(train_source, c.seed, c.train.batch_size, setup.batch_sharding, start_step=start)
