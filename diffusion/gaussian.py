@@ -168,3 +168,16 @@ def bound_terms(apply_fn, s: Schedule, target: str, variance: str, x0, ts, noise
     noise_p = jnp.concatenate([noise, jnp.broadcast_to(noise[:1], (pad,) + noise.shape[1:])]).reshape((n, k) + noise.shape[1:])
     out = jax.lax.map(lambda a: chunk(*a), (ts_p, noise_p))  # [n, B, k]
     return jnp.moveaxis(out, 0, 1).reshape(B, n * k)[:, :K]
+
+
+def nll_bpd(apply_fn, s: Schedule, target: str, variance: str, x0, key, *, clip_denoised: bool = True,
+            max_rows: int = 0):
+    """The full bound, NLL <= sum_{t=0}^{T-1} L_t + L_T, in bits/dim per example: [B]. Every t gets its own noise.
+
+    Returns (nll [B], terms [B, T], prior [B]). clip_denoised=True as improved-diffusion's calc_bpd_loop.
+    """
+    ts = jnp.arange(s.num_timesteps, dtype=jnp.int32)
+    noise = jax.random.normal(key, (s.num_timesteps,) + x0.shape, x0.dtype)
+    terms = bound_terms(apply_fn, s, target, variance, x0, ts, noise, clip_denoised=clip_denoised, max_rows=max_rows)
+    prior = prior_bpd(s, x0)
+    return terms.sum(axis=1) + prior, terms, prior

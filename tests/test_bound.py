@@ -100,11 +100,16 @@ def test_batched_terms_equal_per_timestep_loop():
 
 
 def _nll(apply_for, x0):
-    ts = jnp.arange(S.num_timesteps)
-    noise = jax.random.normal(jax.random.PRNGKey(6), (len(ts),) + x0.shape)
-    # bound_terms folds the K timesteps batch-major: example b's rows are adjacent
-    terms = g.bound_terms(apply_for(jnp.repeat(x0, len(ts), axis=0)), S, "eps", "fixed_large", x0, ts, noise)
-    return terms.sum(1) + g.prior_bpd(S, x0)
+    # bound_terms folds the T timesteps batch-major (example b's rows adjacent), in chunks of 64 rows here
+    def apply(xt, t):
+        k = xt.shape[0] // x0.shape[0]
+        return apply_for(jnp.repeat(x0, k, axis=0))(xt, t)
+
+    nll, terms, prior = g.nll_bpd(apply, S, "eps", "fixed_large", x0, jax.random.PRNGKey(6), clip_denoised=False,
+                                  max_rows=64)
+    np.testing.assert_allclose(np.asarray(nll), np.asarray(terms.sum(1) + prior), rtol=1e-6)
+    assert terms.shape == (x0.shape[0], S.num_timesteps)
+    return nll
 
 
 def test_true_noise_model_has_lower_nll_than_zero_model():

@@ -15,12 +15,14 @@ def batches(c, steps):
     return [src.get(global_batch_indices(c.seed, s, c.train.batch_size, len(src))) for s in range(steps)]
 
 
-def run_steps(c, n, step_fn=None):
+def run_steps(c, n, step_fn=None, history=None):
     setup = build(c)
     state = initial_state(setup)
     fn = step_fn(setup) if step_fn else setup.step_fn
     for b in batches(c, n):
         state, metrics = fn(state, jax.device_put(b, setup.batch_sharding))
+        if history is not None:
+            history.append(jax.device_get(metrics))
     return state, metrics
 
 
@@ -29,7 +31,12 @@ def test_eight_devices_agree_with_one_and_the_step_traces_once(tiny):
         return setup.jit_step(chex.assert_max_traces(setup.train_step, n=1))
 
     chex.clear_trace_counter()
-    s8, m8 = run_steps(tiny(**{"mesh.data": 8}), 3, counted)
+    hist = []
+    s8, m8 = run_steps(tiny(**{"mesh.data": 8}), 3, counted, hist)
+    # step 0 is a policy update whose model update changes nothing (the warm-up's learning rate is 0 there):
+    # with common noise the reward is exactly 0; at step 2 (lr > 0) it is not
+    assert float(hist[0]["sampler/reward_mean"]) == 0.0 and float(hist[0]["lr"]) == 0.0
+    assert float(hist[2]["sampler/reward_mean"]) != 0.0
     s1, m1 = run_steps(tiny(**{"mesh.data": 1}), 3)
     assert len(s8.params["params"]["Conv_0"]["kernel"].sharding.device_set) == 8
     chex.assert_trees_all_close(jax.device_get(s8.params), jax.device_get(s1.params), rtol=2e-4, atol=2e-6)
