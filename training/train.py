@@ -5,6 +5,7 @@ checkpoints every config.train.ckpt_every steps and at the end -> EMA samples an
 """
 import dataclasses
 import os
+import sys
 import time
 
 import jax
@@ -135,8 +136,6 @@ def train(config, workdir: str):
     batches = BatchIterator(train_source, c.seed, c.train.batch_size, setup.batch_sharding, start_step=start)
     writer = report.MetricWriter(workdir, enabled=is_main)
     from tqdm import tqdm
-
-    import sys
 
     bar = tqdm(total=c.train.num_steps, initial=start, disable=not is_main, dynamic_ncols=True, desc="train",
                mininterval=0.5 if sys.stderr.isatty() else 30.0)
