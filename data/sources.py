@@ -11,13 +11,13 @@ import numpy as np
 
 DIGITS_TRAIN = 1500
 
-# name -> (tfds name, image key, native size)
+# name -> (tfds name, image key)
 TFDS = {
-    "cifar10": ("cifar10", "image", 32),
-    "celeb_a_hq": ("celeb_a_hq/256", "image", 256),
-    "imagenet32": ("downsampled_imagenet/32x32", "image", 32),
-    "imagenet64": ("downsampled_imagenet/64x64", "image", 64),
-    "digits_tfds": ("digits", "image", 8),  # the digits through a real tfds builder (data/digits_builder.py)
+    "cifar10": ("cifar10", "image"),
+    "celeb_a_hq": ("celeb_a_hq/256", "image"),
+    "imagenet32": ("downsampled_imagenet/32x32", "image"),
+    "imagenet64": ("downsampled_imagenet/64x64", "image"),
+    "digits_tfds": ("digits", "image"),  # the digits through a real tfds builder (data/digits_builder.py)
 }
 DATASETS = ("digits",) + tuple(TFDS)
 
@@ -56,7 +56,7 @@ class TfdsSource:
 
         if name == "digits_tfds":
             from data import digits_builder  # noqa: F401  registers the builder
-        tfds_name, self.key, _ = TFDS[name]
+        tfds_name, self.key = TFDS[name]
         builder = tfds.builder(tfds_name, data_dir=data_dir or None)
         if not builder.is_prepared():
             raise DatasetNotFound(

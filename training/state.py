@@ -26,16 +26,18 @@ def make_model(config) -> UNet:
                 dtype=jnp.dtype(m.dtype))
 
 
+def lr_schedule(config):
+    """Linear warm-up from 0 to config.train.lr over warmup_steps, then constant (DDPM)."""
+    t = config.train
+    if t.warmup_steps > 0:
+        return optax.linear_schedule(0.0, t.lr, t.warmup_steps)
+    return optax.constant_schedule(t.lr)
+
+
 def make_optimizer(config) -> optax.GradientTransformation:
-    """Adam with linear warm-up to the constant lr and global-norm clipping (DDPM)."""
+    """Adam on the warm-up schedule, after global-norm clipping."""
     t = config.train
-    lr = optax.linear_schedule(0.0, t.lr, max(t.warmup_steps, 1)) if t.warmup_steps > 0 else t.lr
-    return optax.chain(optax.clip_by_global_norm(t.grad_clip), optax.adam(lr, b1=t.b1, b2=t.b2))
-
-
-def learning_rate(config, step):
-    t = config.train
-    return t.lr * jnp.minimum(1.0, step / max(t.warmup_steps, 1)) if t.warmup_steps > 0 else jnp.asarray(t.lr)
+    return optax.chain(optax.clip_by_global_norm(t.grad_clip), optax.adam(lr_schedule(config), b1=t.b1, b2=t.b2))
 
 
 def image_shape(config, batch: int):

@@ -10,7 +10,7 @@ import optax
 
 from diffusion import gaussian as g
 from samplers.base import StepContext
-from training.state import TrainState, learning_rate
+from training.state import TrainState, lr_schedule
 
 
 def to_float(images_u8):
@@ -45,6 +45,7 @@ def make_train_step(config, model, schedule, sampler, weighting, tx):
     decay = config.train.ema_decay
     apply = make_apply(model)
     terms_fn = make_terms_fn(model, config, schedule)
+    lr_at = lr_schedule(config)
 
     def train_step(state: TrainState, images_u8):
         x0 = to_float(images_u8)
@@ -72,7 +73,7 @@ def make_train_step(config, model, schedule, sampler, weighting, tx):
         grad_norm = optax.tree.norm(grads)
         bins = t * nbins // T
         metrics = dict(
-            loss=loss, mse=jnp.mean(mse), grad_norm=grad_norm, lr=learning_rate(config, state.step),
+            loss=loss, mse=jnp.mean(mse), grad_norm=grad_norm, lr=lr_at(state.step),
             finite_loss=jnp.isfinite(loss), finite_grads=jnp.isfinite(grad_norm),
             finite_sampler=sampler.check_finite(sampler_state, aux),
             t_hist=jnp.zeros((nbins,), jnp.int32).at[bins].add(1),
