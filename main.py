@@ -2,6 +2,7 @@
 
     python main.py --config=configs/default.py --workdir=/tmp/digits [--config.FIELD=VALUE ...]
 """
+import os
 import sys
 
 from absl import app, flags, logging
@@ -22,8 +23,15 @@ FLAGS = flags.FLAGS
 def main(argv):
     del argv
     from training.platform import configure_cpu_devices
+    from training.validate import ConfigError, check_fields, check_values
 
-    configure_cpu_devices(FLAGS.config)  # before anything imports jax
+    try:  # names, types and ranges first: a bad value must not be used to set up the devices
+        check_fields(FLAGS.config)
+        check_values(FLAGS.config)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    configure_cpu_devices(FLAGS.config)  # before JAX starts its backends
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     if FLAGS.distributed:
         import jax
@@ -34,7 +42,6 @@ def main(argv):
                                    process_id=FLAGS.process_id)
     from training.checkpoint import WorkdirMismatch
     from training.train import TrainingDiverged, train
-    from training.validate import ConfigError
     from data import DatasetNotFound
 
     if not FLAGS.workdir:
@@ -52,5 +59,44 @@ def main(argv):
     return 0
 
 
-if __name__ == "__main__":
+def check_config_file(argv):
+    """Build the --config file's config once (its argument included, e.g. configs/cifar10.py:linear,p2): a bad
+    argument would otherwise surface as a traceback inside flag parsing."""
+    import importlib.util
+
+    from training.validate import ConfigError
+
+    value = "configs/default.py"
+    for i, a in enumerate(argv):
+        if a.startswith("--config="):
+            value = a.split("=", 1)[1]
+        elif a == "--config" and i + 1 < len(argv):
+            value = argv[i + 1]
+    path, _, arg = value.partition(":")
+    spec = importlib.util.spec_from_file_location("_config_check", path)
+    if spec is None or not os.path.exists(path):
+        raise ConfigError(f"--config={value}: no config file {path!r}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        module.get_config(arg) if arg else module.get_config()
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"--config={value}: {e}") from None
+
+
+def check_overrides_then_run():
+    """A bad config argument or an override naming no field would fail deep inside flag parsing with a traceback:
+    refuse them first, in one line."""
+    from training.validate import ConfigError, check_overrides
+
+    try:
+        check_config_file(sys.argv[1:])
+        check_overrides(sys.argv[1:])
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
     app.run(lambda argv: sys.exit(main(argv)))
+
+
+if __name__ == "__main__":
+    check_overrides_then_run()

@@ -72,7 +72,7 @@ def main():
             t0 = time.perf_counter()
             compiled = s.step_fn.lower(st, batch).compile()
             compile_s = time.perf_counter() - t0
-            f = c.sampler.update_every
+            f = c.sampler.adaptive.update_every
             kinds = {"other": 1} if sampler == "uniform" else {"other": 1, "update": 0}
             variants[sampler] = dict(compiled=compiled, state=st, batch=batch, compile_s=compile_s, f=f,
                                      kinds=kinds, times={k: [] for k in kinds})

@@ -47,44 +47,65 @@ def get_config():
     c.train.ckpt_every = 1000
     c.train.keep_checkpoints = 3
 
+    # The timestep sampler (samplers/) and the loss weighting (weightings/) are separate axes: any sampler combines
+    # with any weighting. Each has its own sub-config, read only when it is the one named.
     c.sampler = ml_collections.ConfigDict()
-    c.sampler.name = "adaptive"  # the learned sampler (samplers/adaptive.py); uniform | adaptive
-    # Fields of the adaptive sampler; reference values (ku-dmlab/Adaptive-Timestep-Sampler) unless said otherwise.
-    c.sampler.num_selected = 3  # |S|
-    c.sampler.update_every = 40  # f_S: policy update every f_S steps
-    c.sampler.buffer_size = 20  # rows of the sweep ring buffer
-    c.sampler.policy_lr = 1e-2
-    c.sampler.policy_b1 = 0.9
-    c.sampler.policy_b2 = 0.999
-    c.sampler.policy_grad_clip = 1.0
-    c.sampler.entropy_coef = 1e-2
+    # uniform | antithetic | speed | lognormal | logitnormal | loss_second_moment | grad_variance | adaptive
+    c.sampler.name = "adaptive"  # the learned sampler (samplers/adaptive.py)
+
+    a = c.sampler.adaptive = ml_collections.ConfigDict()
+    # Reference values (ku-dmlab/Adaptive-Timestep-Sampler) unless said otherwise.
+    a.num_selected = 3  # |S|
+    a.update_every = 40  # f_S: policy update every f_S steps
+    a.buffer_size = 20  # rows of the sweep ring buffer
+    a.policy_lr = 1e-2
+    a.policy_b1 = 0.9
+    a.policy_b2 = 0.999
+    a.policy_grad_clip = 1.0
+    a.entropy_coef = 1e-2
     # standard: -E[log pi R] - c H (method.md 1.4); reference: -E[log pi (R + c H)], H not detached.
-    c.sampler.entropy_form = "standard"
+    a.entropy_form = "standard"
     # The changes below keep a step with this sampler within 1.10x of a uniform step, amortised over f_S, on this
     # small model (benchmarks/throughput.py on 2 CPU cores, README): with a 64-image probe and a stride of 10 the
     # ratio measured 1.09x-1.14x, with these 1.074x and 1.076x. configs/cifar10.py keeps the reference probe.
     # Sweep every 20th timestep (reference: all T): the sweep is most of an update's cost; S is then chosen among the
     # timesteps 0, 20, 40, ...
-    c.sampler.sweep_stride = 20
-    c.sampler.sweep_images = 1  # images whose sweeps are averaged (reference: 1)
+    a.sweep_stride = 20
+    a.sweep_images = 1  # images whose sweeps are averaged (reference: 1)
     # Images probed for the reward, spread evenly over the batch (reference: -1, the whole batch).
-    c.sampler.probe_batch_size = 32
+    a.probe_batch_size = 32
     # Changed from the reference (fresh noise after the update): the same noise and dropout masks before and after
     # the update remove the noise's own variance from the reward without biasing it (common random numbers).
-    c.sampler.common_noise = True
-    c.sampler.probe_dropout = True  # probe in train mode, dropout on (reference)
+    a.common_noise = True
+    a.probe_dropout = True  # probe in train mode, dropout on (reference)
     # Probes run the network on at most this many rows at a time (0: all at once). Not in the reference. Measured on
     # 2 CPU cores: 32-row chunks make an update step faster than 128-row ones and remove the cost that the update
     # branch's scratch memory put on every other step (XLA sizes it for the largest branch).
-    c.sampler.probe_chunk_rows = 32
+    a.probe_chunk_rows = 32
     # A quarter of the reference policy's width (32, 64, 128 / 256, 256): its forward pass runs on every step, and at
     # full width it costs about 10% of this 280k-parameter UNet's step (9.8 ms per 128 images on one core). Measured
     # amortised ratio with (16, 32, 64 / 128, 128): 1.136x; with this width: 1.09x (README).
-    c.sampler.policy_channels = (8, 16, 32)
-    c.sampler.policy_hidden = (64, 64)
+    a.policy_channels = (8, 16, 32)
+    a.policy_hidden = (64, 64)
+
+    # SpeeD (samplers/speed.py): p(t) = k / (T + tau (k - 1)) below tau, 1 / (T + tau (k - 1)) above, plus duals.
+    c.sampler.speed = ml_collections.ConfigDict(dict(k=5.0, tau=700))  # SpeeD's experiment configs (FFHQ: k = 2)
+    # EDM log-normal noise levels mapped to the nearest sigma_t (samplers/lognormal.py).
+    c.sampler.lognormal = ml_collections.ConfigDict(dict(mean=-1.2, std=1.2))
+    # SD3 logit-normal density on the noise level sqrt(1 - alpha_bar) (samplers/logitnormal.py).
+    c.sampler.logitnormal = ml_collections.ConfigDict(dict(mean=0.0, std=1.0))
+    # improved-diffusion's importance sampling (samplers/loss_second_moment.py).
+    c.sampler.loss_second_moment = ml_collections.ConfigDict(dict(history=10, uniform_prob=0.001))
+    # The paper's negative ablation (samplers/grad_variance.py); the estimator is ours, written down there.
+    c.sampler.grad_variance = ml_collections.ConfigDict(dict(
+        num_bins=20, update_every=40, decay=0.9, uniform_prob=0.001, importance_weights=False))
 
     c.weighting = ml_collections.ConfigDict()
-    c.weighting.name = "none"
+    c.weighting.name = "none"  # none | p2 | min_snr | speed
+    c.weighting.p2 = ml_collections.ConfigDict(dict(gamma=1.0, k=1.0))  # 1 / (k + SNR)^gamma
+    c.weighting.min_snr = ml_collections.ConfigDict(dict(gamma=5.0))  # form follows config.diffusion.target
+    # SpeeD's change-aware weighting; tau as config.sampler.speed.tau for SpeeD as published.
+    c.weighting.speed = ml_collections.ConfigDict(dict(lam=0.6, tau=700))
 
     c.sample = ml_collections.ConfigDict()
     c.sample.num = 64

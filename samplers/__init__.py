@@ -1,9 +1,17 @@
 """Timestep samplers, registered by name. Adding one: a module with a Sampler subclass and a line here."""
-from samplers.base import Sampler, StepContext
+from samplers.base import Sampler, StepContext, TableSampler
 from samplers.adaptive import AdaptiveSampler
+from samplers.antithetic import AntitheticSampler
+from samplers.grad_variance import GradVarianceSampler
+from samplers.logitnormal import LogitNormalSampler
+from samplers.lognormal import LogNormalSampler
+from samplers.loss_second_moment import LossSecondMomentSampler
+from samplers.speed import SpeedSampler
 from samplers.uniform import UniformSampler
 
-SAMPLERS = {cls.name: cls for cls in (UniformSampler, AdaptiveSampler)}
+SAMPLERS = {cls.name: cls for cls in (UniformSampler, AntitheticSampler, SpeedSampler, LogNormalSampler,
+                                      LogitNormalSampler, LossSecondMomentSampler, GradVarianceSampler,
+                                      AdaptiveSampler)}
 
 
 def make_sampler(config, schedule) -> Sampler:
@@ -13,4 +21,4 @@ def make_sampler(config, schedule) -> Sampler:
     return SAMPLERS[name](config, schedule)
 
 
-__all__ = ["Sampler", "StepContext", "SAMPLERS", "make_sampler"]
+__all__ = ["Sampler", "StepContext", "TableSampler", "SAMPLERS", "make_sampler"]

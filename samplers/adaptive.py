@@ -37,34 +37,27 @@ class AdaptiveSampler(Sampler):
 
     @classmethod
     def validate(cls, config):
-        s, T, B = config.sampler, config.diffusion.num_timesteps, config.train.batch_size
+        s, T, B = config.sampler.adaptive, config.diffusion.num_timesteps, config.train.batch_size
         if not 1 <= s.sweep_stride <= T:
-            raise ValueError(f"config.sampler.sweep_stride={s.sweep_stride} must be in 1..{T} (config.diffusion.num_timesteps)")
+            raise ValueError(f"config.sampler.adaptive.sweep_stride={s.sweep_stride} must be in 1..{T} (config.diffusion.num_timesteps)")
         K = len(range(0, T, s.sweep_stride))
         if not 1 <= s.num_selected <= K:
-            raise ValueError(f"config.sampler.num_selected={s.num_selected} (|S|) must be in 1..{K}: at most T={T} and "
+            raise ValueError(f"config.sampler.adaptive.num_selected={s.num_selected} (|S|) must be in 1..{K}: at most T={T} and "
                              f"at most the {K} timesteps of the sweep grid (stride {s.sweep_stride})")
-        if s.update_every < 1:
-            raise ValueError(f"config.sampler.update_every={s.update_every} (f_S) must be >= 1")
         if s.buffer_size < 2:
-            raise ValueError(f"config.sampler.buffer_size={s.buffer_size} must be >= 2 (the F-statistic needs 2 rows)")
+            raise ValueError(f"config.sampler.adaptive.buffer_size={s.buffer_size} must be >= 2 (the F-statistic needs 2 rows)")
         pb = B if s.probe_batch_size == -1 else s.probe_batch_size
         if not (1 <= pb <= B and B % pb == 0):
-            raise ValueError(f"config.sampler.probe_batch_size={s.probe_batch_size} must be -1 (the whole batch) or a "
+            raise ValueError(f"config.sampler.adaptive.probe_batch_size={s.probe_batch_size} must be -1 (the whole batch) or a "
                              f"divisor of config.train.batch_size={B} (at most the batch)")
         if not 1 <= s.sweep_images <= B:
-            raise ValueError(f"config.sampler.sweep_images={s.sweep_images} must be in 1..{B} (config.train.batch_size)")
-        if s.probe_chunk_rows < 0:
-            raise ValueError(f"config.sampler.probe_chunk_rows={s.probe_chunk_rows} must be >= 0 (0: no chunking)")
+            raise ValueError(f"config.sampler.adaptive.sweep_images={s.sweep_images} must be in 1..{B} (config.train.batch_size)")
         if s.entropy_form not in ENTROPY_FORMS:
-            raise ValueError(f"config.sampler.entropy_form={s.entropy_form!r} is not one of {', '.join(ENTROPY_FORMS)}")
-        if s.policy_lr < 0 or s.entropy_coef < 0 or s.policy_grad_clip <= 0:
-            raise ValueError(f"config.sampler.policy_lr={s.policy_lr}, entropy_coef={s.entropy_coef} must be >= 0 and "
-                             f"policy_grad_clip={s.policy_grad_clip} > 0")
+            raise ValueError(f"config.sampler.adaptive.entropy_form={s.entropy_form!r} is not one of {', '.join(ENTROPY_FORMS)}")
 
     def __init__(self, config, schedule):
         super().__init__(config, schedule)
-        s = config.sampler
+        s = config.sampler.adaptive
         self.s = s
         self.policy = BetaPolicy(tuple(s.policy_channels), tuple(s.policy_hidden))
         self.tx = optax.chain(optax.clip_by_global_norm(s.policy_grad_clip),

@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Tuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from diffusion.schedules import Schedule
 
@@ -27,6 +28,9 @@ class StepContext:
     terms_fn(params, x0, ts, noise) -> [B, K] computes bound terms (bits/dim) of the diffusion model with `params`
     for the images x0 [B, ...] at timesteps ts [K], with noise [K, B, ...]; it runs the network in train mode with a
     fixed dropout key when the config asks for dropout during probes.
+    losses [B] are each example's objective before the sampler's importance weight: w(t) * MSE, with w the loss
+    weighting. example_loss_fn(params, x0 [N,...], t [N], noise [N,...], dropout_key) -> [N] recomputes it (train
+    mode), for samplers that need gradients of single examples.
     """
 
     step: jnp.ndarray
@@ -38,6 +42,7 @@ class StepContext:
     params_before: Any
     params_after: Any
     terms_fn: Callable[..., jnp.ndarray]
+    example_loss_fn: Callable[..., jnp.ndarray] = None
 
 
 class Sampler:
@@ -69,3 +74,59 @@ class Sampler:
         if not leaves:
             return jnp.array(True)
         return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
+
+
+def inverse_cdf(key, cdf, n: int):
+    """n timesteps drawn with P(t) = cdf[t] - cdf[t - 1]: [n] int32. cdf: [T], non-decreasing, last entry 1."""
+    u = jax.random.uniform(key, (n,), jnp.float32)
+    t = jnp.searchsorted(cdf, u, side="right")
+    return jnp.minimum(t, cdf.shape[0] - 1).astype(jnp.int32)
+
+
+def cdf_of(p):
+    """Cumulative sum normalised so that the last entry is exactly 1 (float32 rounding would leave it below)."""
+    c = jnp.cumsum(p)
+    return c / c[-1]
+
+
+class TableSampler(Sampler):
+    """A sampler whose timestep distribution is a table p [T] (fixed or computed from its state).
+
+    sample draws t by inverse CDF. With `importance` the weights are 1 / (T p(t)), which keep the expected weighted
+    loss equal to the uniform one (improved-diffusion's resample.py); otherwise 1, and the density deliberately
+    re-weights the objective.
+    """
+
+    importance = False
+
+    def probabilities(self, state):
+        """p(t), t = 0..T-1: [T] float32."""
+        raise NotImplementedError
+
+    def sample(self, state, key, x0):
+        p = self.probabilities(state)
+        t = inverse_cdf(key, cdf_of(p), x0.shape[0])
+        w = 1.0 / (self.T * p[t]) if self.importance else jnp.ones(t.shape, jnp.float32)
+        return t, w, {}
+
+
+class FixedTableSampler(TableSampler):
+    """A TableSampler with a table fixed at construction: subclasses define `table(config, schedule)` (float64)."""
+
+    @classmethod
+    def table(cls, config, schedule) -> np.ndarray:
+        raise NotImplementedError
+
+    def __init__(self, config, schedule):
+        super().__init__(config, schedule)
+        self.p64 = self.table(config, schedule)
+        self.p = jnp.asarray(self.p64, jnp.float32)
+        self.cdf = jnp.asarray(np.cumsum(self.p64) / np.sum(self.p64), jnp.float32)
+
+    def probabilities(self, state):
+        return self.p
+
+    def sample(self, state, key, x0):
+        t = inverse_cdf(key, self.cdf, x0.shape[0])
+        w = 1.0 / (self.T * self.p[t]) if self.importance else jnp.ones(t.shape, jnp.float32)
+        return t, w, {}

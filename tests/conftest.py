@@ -1,5 +1,6 @@
 """Tests run on 8 fake CPU devices (set before JAX starts)."""
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -23,11 +24,11 @@ import pytest  # noqa: E402
 # The default config with a tiny UNet and sampler and a short run: shared by every test (and by main.py runs in
 # subprocesses, as flags) so that they compile the same programs, which the compilation cache then serves.
 TINY = {
-    "model.ch": 8, "model.ch_mult": (1, 2), "model.attn_resolutions": (4,), "model.num_groups": 4,
+    "model.ch": 8, "model.ch_mult": (1,), "model.attn_resolutions": (8,), "model.num_groups": 4,
     "train.batch_size": 16, "train.num_steps": 4, "train.log_every": 2, "train.ckpt_every": 2,
     "train.warmup_steps": 2, "sample.num": 4, "sample.method": "ddim", "sample.ddim_steps": 5,
-    "diagnostics.t_bins": 10, "sampler.probe_batch_size": 8, "sampler.policy_channels": (8, 16),
-    "sampler.policy_hidden": (32,), "sampler.sweep_stride": 50, "sampler.update_every": 2,
+    "diagnostics.t_bins": 10, "sampler.adaptive.probe_batch_size": 8, "sampler.adaptive.policy_channels": (8, 16),
+    "sampler.adaptive.policy_hidden": (32,), "sampler.adaptive.sweep_stride": 50, "sampler.adaptive.update_every": 2,
 }
 
 
@@ -53,3 +54,18 @@ def tiny_flags(**overrides):
 @pytest.fixture
 def tiny():
     return tiny_config
+
+
+def run_main(workdir, *args, steps=4, cwd=ROOT):
+    cmd = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={ROOT}/configs/default.py", f"--workdir={workdir}",
+           *tiny_flags(**{"train.num_steps": steps, "train.ckpt_every": 4}), *args]
+    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("e2e")
+    r = run_main("wd", cwd=wd)  # a relative workdir, as in the README
+    wd = wd / "wd"
+    assert r.returncode == 0, r.stderr[-3000:]
+    return wd, r

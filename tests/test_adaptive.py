@@ -1,5 +1,4 @@
 """The learned timestep sampler: policy, F-statistic selection, reward, policy learning, the fused step."""
-import chex
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,7 +62,7 @@ def test_f_statistic_selection_matches_sklearn(rows):
 
 
 def _adaptive(**kw):
-    c = tiny_config(**{"sampler.name": "adaptive", "sampler.policy_channels": (8, 16), "sampler.policy_hidden": (32,),
+    c = tiny_config(**{"sampler.name": "adaptive", "sampler.adaptive.policy_channels": (8, 16), "sampler.adaptive.policy_hidden": (32,),
                        **kw})
     validate(c)
     s = make_schedule(c.diffusion.schedule, c.diffusion.num_timesteps)
@@ -71,7 +70,7 @@ def _adaptive(**kw):
 
 
 def test_reward_is_zero_when_the_update_changes_nothing():
-    c, s, sampler = _adaptive(**{"sampler.probe_batch_size": 8})
+    c, s, sampler = _adaptive(**{"sampler.adaptive.probe_batch_size": 8})
     model = make_model(c)
     x0 = digits(16)
     params = model.init(jax.random.PRNGKey(0), x0[:1], jnp.zeros((1,), jnp.int32))
@@ -87,7 +86,7 @@ def test_reward_is_zero_when_the_update_changes_nothing():
 
 
 def test_reward_is_positive_when_the_update_fits_the_probed_timesteps():
-    c, s, sampler = _adaptive(**{"sampler.probe_batch_size": 16, "model.dropout": 0.0, "sampler.probe_dropout": False})
+    c, s, sampler = _adaptive(**{"sampler.adaptive.probe_batch_size": 16, "model.dropout": 0.0, "sampler.adaptive.probe_dropout": False})
     model = make_model(c)
     x0 = digits(16)
     params = model.init(jax.random.PRNGKey(0), x0[:1], jnp.zeros((1,), jnp.int32))
@@ -117,8 +116,8 @@ def test_policy_moves_its_mass_into_the_band_that_lowers_the_bound():
     """Synthetic problem: the update lowers every probed term by 1 for images whose drawn t is in [600, 800) and
     leaves the others unchanged, so R_i = |S| 1[t_i in band]. The policy must learn to draw from the band."""
     B, lo, hi = 32, 600, 800
-    c, s, sampler = _adaptive(**{"train.batch_size": B, "sampler.probe_batch_size": B, "sampler.update_every": 1,
-                                 "sampler.entropy_coef": 0.0})
+    c, s, sampler = _adaptive(**{"train.batch_size": B, "sampler.adaptive.probe_batch_size": B, "sampler.adaptive.update_every": 1,
+                                 "sampler.adaptive.entropy_coef": 0.0})
     x0 = digits(B)
     terms = lambda p, x, ts, noise, **kw: jnp.broadcast_to(p[:x.shape[0], None], (x.shape[0], ts.shape[0]))
 
@@ -140,9 +139,9 @@ def test_policy_moves_its_mass_into_the_band_that_lowers_the_bound():
 
 
 def test_bad_sampler_settings_are_refused_before_training():
-    for field, value, needle in [("sampler.num_selected", 2000, "config.sampler.num_selected=2000"),
-                                 ("sampler.update_every", 0, "config.sampler.update_every=0"),
-                                 ("sampler.probe_batch_size", 32, "config.sampler.probe_batch_size=32"),
-                                 ("sampler.entropy_form", "other", "config.sampler.entropy_form='other'")]:
+    for field, value, needle in [("sampler.adaptive.num_selected", 2000, "config.sampler.adaptive.num_selected=2000"),
+                                 ("sampler.adaptive.update_every", 0, "config.sampler.adaptive.update_every=0"),
+                                 ("sampler.adaptive.probe_batch_size", 32, "config.sampler.adaptive.probe_batch_size=32"),
+                                 ("sampler.adaptive.entropy_form", "other", "config.sampler.adaptive.entropy_form='other'")]:
         with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
             validate(tiny_config(**{"sampler.name": "adaptive", field: value}))

@@ -73,7 +73,6 @@ def test_kl_term_by_hand_for_zero_model():
     """t = 500, zero eps prediction: the model mean is coef2 * x_t / ... computed here with numpy from the formulas."""
     s = S.np64
     x0 = np.full((1, 1, 1, 1), 0.5)
-    noise = np.full((1, 1, 1, 1), -0.7)
     t = 500
     xt = math.sqrt(s["alphas_cumprod"][t]) * 0.5 + math.sqrt(1 - s["alphas_cumprod"][t]) * -0.7
     true_mean = s["posterior_mean_coef1"][t] * 0.5 + s["posterior_mean_coef2"][t] * xt

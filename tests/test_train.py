@@ -7,6 +7,9 @@ import pytest
 
 from data import load_split
 from data.pipeline import global_batch_indices
+from data.pipeline import BatchIterator
+from samplers import SAMPLERS
+from training import checkpoint as ckpt
 from training.train import TrainingDiverged, build, initial_state, train
 
 
@@ -47,41 +50,67 @@ def test_eight_devices_agree_with_one_and_the_step_traces_once(tiny):
     chex.assert_trees_all_close(jax.device_get(s8.sampler_state), jax.device_get(s1.sampler_state), rtol=2e-3, atol=2e-5)
 
 
-@pytest.mark.parametrize("name", ["uniform", "adaptive"])
-def test_timesteps_differ_across_the_batch_shards(tiny, name):
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_every_sampler_gives_each_device_shard_different_timesteps(tiny, name):
     from diffusion import make_schedule
     from samplers import make_sampler
     from training.mesh import batch_sharding, make_mesh
 
     c = tiny(**{"sampler.name": name, "train.batch_size": 64})
     sampler = make_sampler(c, make_schedule("linear", 1000))
-    x0 = jax.device_put(np.zeros((64, 8, 8, 1), np.float32), batch_sharding(make_mesh(c)))
+    sh = batch_sharding(make_mesh(c))
+    x0 = jax.device_put(np.zeros((64, 8, 8, 1), np.float32), sh)
     state = sampler.init(jax.random.PRNGKey(0), x0)
-    t, w, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(1), x0)
+    t, w, _ = jax.jit(sampler.sample, out_shardings=(sh, sh, None))(state, jax.random.PRNGKey(1), x0)
     shards = np.asarray(t).reshape(8, 8)  # identical images: only the random draws tell the shards apart
     assert len({tuple(r) for r in shards}) == 8
-    assert len(np.unique(shards)) > 40 and shards.min() >= 0 and shards.max() <= 999
-    np.testing.assert_array_equal(np.asarray(w), 1.0)
+    assert len(np.unique(shards)) > 30 and shards.min() >= 0 and shards.max() <= 999
+    np.testing.assert_allclose(np.asarray(w), 1.0, rtol=1e-6)  # importance weights start at 1 (uniform)
 
 
-@pytest.mark.parametrize("sampler", ["adaptive", "uniform"])
-def test_resume_equals_uninterrupted(tiny, tmp_path, sampler):
-    c = tiny(**{"train.num_steps": 6, "train.ckpt_every": 3, "train.log_every": 3, "sampler.name": sampler})
-    full = train(c, str(tmp_path / "full"))
-    half = tiny(**{"train.num_steps": 3, "train.ckpt_every": 3, "train.log_every": 3, "sampler.name": sampler})
-    train(half, str(tmp_path / "resumed"))
-    resumed = train(c, str(tmp_path / "resumed"))
+# each sampler with a weighting, so that every weighting is in some resumed run
+WEIGHTING_OF = {"uniform": "min_snr", "antithetic": "p2", "speed": "speed", "lognormal": "none",
+                "logitnormal": "min_snr", "loss_second_moment": "p2", "grad_variance": "speed", "adaptive": "none"}
+
+
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+def test_resume_equals_uninterrupted_for_every_sampler(tiny, tmp_path, sampler):
+    """6 steps in one go equal 3 steps, an orbax checkpoint restored into a fresh state, and 3 more: bit for bit,
+    sampler state and data order included."""
+    c = tiny(**{"sampler.name": sampler, "weighting.name": WEIGHTING_OF[sampler], "weighting.speed.tau": 500,
+                "sampler.grad_variance.num_bins": 4, "sampler.grad_variance.update_every": 2})
+    setup = build(c)
+    src = load_split(c, "train")
+
+    def run(state, start, stop):
+        it = BatchIterator(src, c.seed, c.train.batch_size, setup.batch_sharding, start_step=start)
+        try:
+            for _ in range(start, stop):
+                state, _ = setup.step_fn(state, next(it)[1])
+        finally:
+            it.close()
+        return state
+
+    mngr = ckpt.make_manager(c, str(tmp_path))
+    half = run(initial_state(setup), 0, 3)
+    ckpt.save(mngr, 3, half)
+    full = jax.device_get(run(half, 3, 6))  # the same state goes on, uninterrupted
+    mngr.close()
+    mngr = ckpt.make_manager(c, str(tmp_path))  # a fresh manager, as a new process would have
+    restored = ckpt.restore(mngr, mngr.latest_step(), ckpt.abstract_with_shardings(setup.abstract_state,
+                                                                                   setup.state_shardings), "")
+    resumed = jax.device_get(run(restored, 3, 6))
     assert int(resumed.step) == 6
-    chex.assert_trees_all_equal(jax.device_get(full.params), jax.device_get(resumed.params))
-    chex.assert_trees_all_equal(jax.device_get(full.opt_state), jax.device_get(resumed.opt_state))
-    chex.assert_trees_all_equal(jax.device_get(full.ema_params), jax.device_get(resumed.ema_params))
-    chex.assert_trees_all_equal(jax.device_get(full.sampler_state), jax.device_get(resumed.sampler_state))
+    chex.assert_trees_all_equal(full, resumed)
+    if sampler in ("loss_second_moment", "grad_variance", "adaptive"):  # a sampler state that moved
+        init = jax.device_get(initial_state(setup).sampler_state)
+        assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(init), jax.tree.leaves(full.sampler_state)))
 
 
 def test_non_finite_policy_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tiny, tmp_path):
     # an absurd policy learning rate: the first policy update (step 0) leaves finite but huge weights, whose
     # outputs at step 1 are not finite
-    c = tiny(**{"train.num_steps": 3, "train.ckpt_every": 1, "train.log_every": 1, "sampler.policy_lr": 1e38})
+    c = tiny(**{"train.num_steps": 3, "train.ckpt_every": 1, "train.log_every": 1, "sampler.adaptive.policy_lr": 1e38})
     with pytest.raises(TrainingDiverged, match=r"step 1: non-finite sampler outputs; the last good checkpoint is step 1"):
         train(c, str(tmp_path))
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1"]

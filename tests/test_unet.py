@@ -18,13 +18,13 @@ def test_cifar10_unet_has_ddpm_parameter_count():
     assert n_params(shapes) == pytest.approx(35.7e6, rel=2e-3)
 
 
-@pytest.mark.parametrize("size,channels", [(8, 1), (16, 3), (12, 1)])
+@pytest.mark.parametrize("size,channels", [(16, 3), (12, 1)])  # 8x8x1: every digits test
 def test_output_shape_any_size(size, channels):
     m = UNet(ch=8, ch_mult=(1, 2), num_res_blocks=1, attn_resolutions=(size // 2,), num_groups=4)
     x = jnp.ones((2, size, size, channels))
     t = jnp.array([0, 999])
-    params = m.init(jax.random.PRNGKey(0), x, t)
-    out = m.apply(params, x, t, train=True, rngs={"dropout": jax.random.PRNGKey(1)})
+    out = jax.jit(lambda: m.apply(m.init(jax.random.PRNGKey(0), x, t), x, t, train=True,
+                                  rngs={"dropout": jax.random.PRNGKey(1)}))()
     assert out.shape == x.shape and out.dtype == jnp.float32
     # zero-initialised output conv: the network starts at exactly zero
     assert float(jnp.abs(out).max()) == 0.0

@@ -1,6 +1,5 @@
 """The device mesh and the shardings built from the config."""
 import jax
-import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 DATA = "data"

@@ -27,8 +27,14 @@ def save_grid(images_u8: np.ndarray, path: str):
 def read_metrics(path: str):
     if not os.path.exists(path):
         return []
+    rows = []
     with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:  # a line cut short by a killed process
+                continue
+    return rows
 
 
 def truncate_metrics(path: str, last_step: int):

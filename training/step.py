@@ -47,34 +47,46 @@ def make_train_step(config, model, schedule, sampler, weighting, tx):
     terms_fn = make_terms_fn(model, config, schedule)
     lr_at = lr_schedule(config)
 
+    def example_mse(params, x0, t, noise, dropout_key):
+        """Per-example MSE of the model's target: [B]."""
+        xt = g.q_sample(schedule, x0, t, noise)
+        return g.mean_flat((apply(params, xt, t, dropout_key) - g.training_target(schedule, target, x0, t, noise)) ** 2)
+
+    def example_loss_fn(params, x0, t, noise, dropout_key):
+        """Each example's objective before any importance weight, w(t) * MSE: [B]."""
+        return weighting(t) * example_mse(params, x0, t, noise, dropout_key)
+
     def train_step(state: TrainState, images_u8):
         x0 = to_float(images_u8)
         key = jax.random.fold_in(state.rng, state.step)
         k_t, k_noise, k_drop, k_sampler = jax.random.split(key, 4)
         t, w_sampler, aux = sampler.sample(state.sampler_state, k_t, x0)
-        w = w_sampler * weighting(t)
+        w_t = weighting(t)
         noise = jax.random.normal(k_noise, x0.shape, jnp.float32)
-        xt = g.q_sample(schedule, x0, t, noise)
-        tgt = g.training_target(schedule, target, x0, t, noise)
 
         def loss_fn(params):
-            mse = g.mean_flat((apply(params, xt, t, k_drop) - tgt) ** 2)
-            return jnp.mean(w * mse), mse
+            mse = example_mse(params, x0, t, noise, k_drop)
+            return jnp.mean(w_sampler * w_t * mse), mse
 
         (loss, mse), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         ema = jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, state.ema_params, params)
 
-        ctx = StepContext(step=state.step, key=k_sampler, x0=x0, t=t, aux=aux, losses=mse,
-                          params_before=state.params, params_after=params, terms_fn=terms_fn)
+        ctx = StepContext(step=state.step, key=k_sampler, x0=x0, t=t, aux=aux, losses=w_t * mse,
+                          params_before=state.params, params_after=params, terms_fn=terms_fn,
+                          example_loss_fn=example_loss_fn)
         sampler_state, sampler_metrics = sampler.update(state.sampler_state, ctx)
 
         grad_norm = optax.tree.norm(grads)
+        # Parameters can be finite yet so large that the next forward pass overflows (an absurd learning rate):
+        # a norm beyond float32 catches them at the step that made them, before they are checkpointed.
+        param_norm = optax.tree.norm(params)
         bins = t * nbins // T
         metrics = dict(
             loss=loss, mse=jnp.mean(mse), grad_norm=grad_norm, lr=lr_at(state.step),
-            finite_loss=jnp.isfinite(loss), finite_grads=jnp.isfinite(grad_norm),
+            param_norm=param_norm, finite_loss=jnp.isfinite(loss), finite_grads=jnp.isfinite(grad_norm),
+            finite_params=jnp.isfinite(param_norm),
             finite_sampler=sampler.check_finite(sampler_state, aux),
             t_hist=jnp.zeros((nbins,), jnp.int32).at[bins].add(1),
             t_loss_sum=jnp.zeros((nbins,), jnp.float32).at[bins].add(mse),

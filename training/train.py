@@ -19,6 +19,7 @@ from samplers import make_sampler
 from training import checkpoint as ckpt
 from training import report
 from training.mesh import batch_sharding, make_mesh, replicated
+from training.preemption import StopRequest
 from training.state import image_shape, init_state, make_model, make_optimizer
 from training.step import make_apply, make_train_step
 from training.validate import check_workdir, validate
@@ -94,10 +95,11 @@ def _summarise(window, first_step):
     host = jax.device_get(window)
     for i, m in enumerate(host):
         bad = [q for q, k in (("loss", "finite_loss"), ("gradients", "finite_grads"),
+                              ("parameters (norm beyond float32)", "finite_params"),
                               ("sampler outputs", "finite_sampler")) if not bool(m[k])]
         if bad:
             return first_step + i, bad, None
-    scalars = {k: float(np.mean([m[k] for m in host])) for k in ("loss", "mse", "grad_norm")}
+    scalars = {k: float(np.mean([m[k] for m in host])) for k in ("loss", "mse", "grad_norm", "param_norm")}
     scalars["lr"] = float(host[-1]["lr"])
     arrays = {k: np.sum([m[k] for m in host], axis=0) for k in ("t_hist", "t_loss_sum")}
     for k, v in host[-1].items():
@@ -112,10 +114,18 @@ def train(config, workdir: str):
     if "://" not in workdir:
         workdir = os.path.abspath(workdir)  # orbax needs absolute paths
     setup = build(config)
-    c = config
+    ckpt.check_run_identity(config, workdir)
+    mngr = ckpt.make_manager(config, workdir)
+    try:  # closed on every way out: orbax's threads must not outlive it
+        return _run(setup, mngr, workdir)
+    finally:
+        mngr.close()
+
+
+def _run(setup, mngr, workdir):
+    """Restore or initialise, run the loop to config.train.num_steps (or a stop signal), then samples and pictures."""
+    c = setup.config
     is_main = jax.process_index() == 0
-    ckpt.check_run_identity(c, workdir)
-    mngr = ckpt.make_manager(c, workdir)
     latest = mngr.latest_step()
     metrics_path = os.path.join(workdir, "metrics.jsonl")
     if latest is not None:
@@ -141,35 +151,47 @@ def train(config, workdir: str):
                mininterval=0.5 if sys.stderr.isatty() else 30.0)
     window, window_start, t_window = [], start, time.perf_counter()
     last_saved = latest
+    stopped_by = None
+    stop = StopRequest()
     try:
-        for step in range(start, c.train.num_steps):
-            _, batch = next(batches)
-            state, metrics = setup.step_fn(state, batch)
-            window.append(metrics)
-            done = step + 1
-            save_now = done % c.train.ckpt_every == 0 or done == c.train.num_steps
-            if done % c.train.log_every == 0 or save_now:
-                bad_step, bad, summary = _summarise(window, window_start)
-                if bad_step is not None:
-                    raise TrainingDiverged(
-                        f"step {bad_step}: non-finite {', '.join(bad)}; the last good checkpoint is step "
-                        f"{last_saved} in {workdir}/checkpoints (resume with a changed config, e.g. a lower "
-                        f"--config.train.lr)")
-                scalars, arrays = summary
-                now = time.perf_counter()
-                scalars["steps_per_sec"] = len(window) / (now - t_window)
-                writer.write(done, scalars, arrays)
-                bar.set_postfix(loss=f"{scalars['loss']:.4f}", refresh=False)
-                window, window_start, t_window = [], done, now
-            if save_now:
-                ckpt.save(mngr, done, state)
-                last_saved = done
-            bar.update(1)
+        with stop:
+            for step in range(start, c.train.num_steps):
+                _, batch = next(batches)
+                state, metrics = setup.step_fn(state, batch)
+                window.append(metrics)
+                done = step + 1
+                stop_now = stop.requested()
+                save_now = done % c.train.ckpt_every == 0 or done == c.train.num_steps or stop_now
+                if done % c.train.log_every == 0 or save_now:
+                    bad_step, bad, summary = _summarise(window, window_start)
+                    if bad_step is not None:
+                        raise TrainingDiverged(
+                            f"step {bad_step}: non-finite {', '.join(bad)}; the last good checkpoint is step "
+                            f"{last_saved} in {workdir}/checkpoints (resume with a changed config, e.g. a lower "
+                            f"--config.train.lr)")
+                    scalars, arrays = summary
+                    now = time.perf_counter()
+                    scalars["steps_per_sec"] = len(window) / (now - t_window)
+                    writer.write(done, scalars, arrays)
+                    bar.set_postfix(loss=f"{scalars['loss']:.4f}", refresh=False)
+                    window, window_start, t_window = [], done, now
+                if save_now:
+                    ckpt.save(mngr, done, state)
+                    last_saved = done
+                bar.update(1)
+                if stop_now:
+                    stopped_by = stop.name
+                    break
     finally:
         batches.close()
         bar.close()
         writer.close()
 
+    if stopped_by is not None:
+        if is_main:
+            print(f"Stopped by {stopped_by} at step {last_saved}: checkpoint {last_saved} is in {workdir}/checkpoints. "
+                  f"Run the same command to resume.", flush=True)
+        return state
     if c.train.num_steps > 0 and is_main:
         key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0x5A5A)
         images = generate(setup, state.ema_params, key, c.sample.num)
@@ -177,5 +199,4 @@ def train(config, workdir: str):
         report.save_grid(images, path)
         pics = report.timestep_pictures(metrics_path, workdir, setup.schedule.num_timesteps)
         print(f"Samples: {path}" + "".join(f"\nPicture: {p}" for p in pics), flush=True)
-    mngr.close()
     return state

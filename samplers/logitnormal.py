@@ -1,0 +1,37 @@
+"""Logit-normal timestep density (Esser et al. 2024, SD3), on the noise level of the DDPM chain.
+
+The noise level of step t is n_t = sqrt(1 - alpha_bar_t), the variable SpeeD's code (NUS-HPC-AI-Lab/SpeeD) puts
+the logit-normal on. The density is evaluated there and normalised over the T steps:
+    pi(n) = 1 / (s sqrt(2 pi)) / (n (1 - n)) exp(-(logit(n) - m)^2 / (2 s^2)),   p(t) = pi(n_t) / sum_tau pi(n_tau),
+with m = 0, s = 1 by default. It is a sampling density: timesteps are drawn from p with loss weight 1, never drawn
+as random loss weights (a known misuse, method.md section 3). Choices written down: the density is evaluated at each
+step's level, not integrated over cells, without a Jacobian. SpeeD's code also multiplies pi by n / (1 - n) and
+writes the exponent as (logit(n) - m)^2 / 2 * s^2 (the same as ours for s = 1); we do neither.
+A step whose level is 0 or 1 (a zero-terminal-SNR end) gets probability 0 instead of a division by zero.
+"""
+import numpy as np
+
+from samplers.base import FixedTableSampler
+
+
+def logitnormal_density(n: np.ndarray, m: float, s: float) -> np.ndarray:
+    inside = (n > 0) & (n < 1)
+    n_ = np.where(inside, n, 0.5)
+    pi = np.exp(-((np.log(n_ / (1 - n_)) - m) ** 2) / (2 * s * s)) / (s * np.sqrt(2 * np.pi) * n_ * (1 - n_))
+    return np.where(inside, pi, 0.0)
+
+
+class LogitNormalSampler(FixedTableSampler):
+    name = "logitnormal"
+
+    @classmethod
+    def validate(cls, config):
+        s = config.sampler.logitnormal
+        if not s.std > 0:
+            raise ValueError(f"config.sampler.logitnormal.std={s.std} must be > 0 (SD3: 1)")
+
+    @classmethod
+    def table(cls, config, schedule):
+        s = config.sampler.logitnormal
+        pi = logitnormal_density(schedule.np64["sqrt_one_minus_alphas_cumprod"], s.mean, s.std)
+        return pi / pi.sum()

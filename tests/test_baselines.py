@@ -1,0 +1,303 @@
+"""The baseline samplers and weightings against values computed by hand from their formulas (method.md sections 2-3),
+the known bugs of public code not repeated, and importance weights that keep the loss unbiased."""
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import tiny_config
+from diffusion import make_schedule
+from samplers import StepContext, make_sampler
+from samplers.speed import dual
+from training.validate import ConfigError, validate
+from weightings import make_weighting
+from weightings.min_snr import min_snr_weights
+
+T = 1000
+TS = (0, 1, 500, T - 2, T - 1)  # the ends included
+
+
+def alpha_bar_by_hand(name, t, n=T):
+    """alpha_bar_t = prod_{i <= t} (1 - beta_i), with beta_i from the schedule's formula, in plain Python."""
+    def beta(i):
+        if name == "linear":
+            return 1e-4 + (0.02 - 1e-4) * i / (n - 1)
+        if name == "quad":
+            return (math.sqrt(1e-4) + (math.sqrt(0.02) - math.sqrt(1e-4)) * i / (n - 1)) ** 2
+        f = lambda u: math.cos((u + 0.008) / 1.008 * math.pi / 2) ** 2
+        return min(1 - f((i + 1) / n) / f(i / n), 0.999)
+    return math.prod(1 - beta(i) for i in range(t + 1))
+
+
+def Phi(z):
+    return 0.5 * (1 + math.erf(z / math.sqrt(2)))
+
+
+def config(**over):
+    c = tiny_config(**over)
+    validate(c)
+    return c
+
+
+def weights_of(c):
+    fn = make_weighting(c, make_schedule(c.diffusion.schedule, T))
+    return np.asarray(jax.jit(fn)(jnp.arange(T, dtype=jnp.int32)), np.float64)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "quad"])
+def test_p2_weights_by_hand(schedule):
+    w1 = weights_of(config(**{"diffusion.schedule": schedule, "weighting.name": "p2"}))
+    w2 = weights_of(config(**{"diffusion.schedule": schedule, "weighting.name": "p2", "weighting.p2.gamma": 0.5,
+                              "weighting.p2.k": 2.0}))
+    for t in TS:
+        ab = alpha_bar_by_hand(schedule, t)
+        snr = ab / (1 - ab)
+        assert w1[t] == pytest.approx(1 - ab, rel=1e-5)  # gamma = k = 1: 1 / (1 + SNR) = 1 - alpha_bar
+        assert w2[t] == pytest.approx((2 + snr) ** -0.5, rel=1e-5)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "quad"])
+@pytest.mark.parametrize("target", ["eps", "v", "x0"])
+def test_min_snr_weights_by_hand_in_each_target_form(schedule, target):
+    w = weights_of(config(**{"diffusion.schedule": schedule, "diffusion.target": target, "weighting.name": "min_snr"}))
+    for t in TS:
+        ab = alpha_bar_by_hand(schedule, t)
+        snr = ab / (1 - ab)
+        want = {"eps": min(snr, 5) / snr, "v": min(snr, 5) / (snr + 1), "x0": min(snr, 5)}[target]
+        assert w[t] == pytest.approx(want, rel=1e-5)
+    # the known bugs: diffusers' min(SNR + 1, gamma) / (SNR + 1) for v and SpeeD's 5 / (SNR + 1) for every target
+    # give about 1 and 5 at the last step, where SNR is about 4e-5
+    snr_end = alpha_bar_by_hand(schedule, T - 1) / (1 - alpha_bar_by_hand(schedule, T - 1))
+    assert snr_end < 1e-3
+    assert w[T - 1] == pytest.approx({"eps": 1.0, "v": snr_end / (snr_end + 1), "x0": snr_end}[target], rel=1e-5)
+
+
+def test_min_snr_is_safe_where_snr_is_zero():
+    snr = np.array([0.0, 0.5, 5.0, 50.0])
+    for target, want in (("eps", [1, 1, 1, 0.1]), ("v", [1, 0.5 / 1.5, 5 / 6, 5 / 51]), ("x0", [1, 0.5, 5, 5])):
+        np.testing.assert_allclose(min_snr_weights(snr, 5.0, target), want, rtol=1e-12)
+
+
+def test_speed_weights_by_hand():
+    w = weights_of(config(**{"weighting.name": "speed"}))  # lam 0.6, tau 700, linear
+    ab = [alpha_bar_by_hand("linear", t) for t in range(T)]
+    raw = [ab[0] - ab[1]] + [(ab[t - 1] - ab[t + 1]) / 2 for t in range(1, T - 1)] + [ab[T - 2] - ab[T - 1]]
+    lo, hi = min(raw), max(raw)  # over all T steps, as the reference code
+    for t in (0, 1, 350, 699):
+        assert w[t] == pytest.approx(0.4 + 0.2 * (raw[t] - lo) / (hi - lo), rel=1e-5)
+    np.testing.assert_array_equal(w[700:], 1.0)
+    # with min and max over all T, the first tau weights do not reach the bottom of [0.4, 0.6]
+    assert 0.405 < w[:700].min() < 0.42 and w[:700].max() == pytest.approx(0.6, rel=1e-6)
+    assert (w > 0).all()
+
+
+@pytest.mark.parametrize("schedule,m", [("linear", 642), ("cosine", 959), ("quad", 829)])
+def test_speed_sampler_table_and_dual_timesteps(schedule, m):
+    c = config(**{"diffusion.schedule": schedule, "sampler.name": "speed"})
+    sampler = make_sampler(c, make_schedule(schedule, T))
+    assert sampler.m == m
+    p = np.asarray(sampler.p64)
+    assert p[0] == pytest.approx(5 / 3800) and p[699] == pytest.approx(5 / 3800) and p[700] == pytest.approx(1 / 3800)
+    assert p[T - 1] == pytest.approx(1 / 3800) and p.sum() == pytest.approx(1.0)
+    np.testing.assert_array_equal(np.asarray(dual(jnp.array([0, m - 1, m, 900]), m, T)), [m, 1, 0, abs(900 - m)])
+    t, w, _ = jax.jit(sampler.sample)({}, jax.random.PRNGKey(0), jnp.zeros((16, 8, 8, 1)))
+    t = np.asarray(t)
+    np.testing.assert_array_equal(t[9:], np.abs(t[:7] - m))  # 16 // 2 + 1 = 9 primaries, 7 duals of the first 7
+    np.testing.assert_array_equal(np.asarray(w), 1.0)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "quad"])
+def test_lognormal_table_by_hand_and_nearest_sigma_draws(schedule):
+    c = config(**{"diffusion.schedule": schedule, "sampler.name": "lognormal"})
+    sampler = make_sampler(c, make_schedule(schedule, T))
+    sig = [math.sqrt((1 - alpha_bar_by_hand(schedule, t)) / alpha_bar_by_hand(schedule, t)) for t in range(T)]
+    cdf = lambda s: Phi((math.log(s) + 1.2) / 1.2)
+    p = sampler.p64
+    assert p[0] == pytest.approx(cdf((sig[0] + sig[1]) / 2), rel=1e-6)
+    assert p[T - 1] == pytest.approx(1 - cdf((sig[T - 2] + sig[T - 1]) / 2), rel=1e-6)
+    for t in (1, 500, T - 2):
+        assert p[t] == pytest.approx(cdf((sig[t] + sig[t + 1]) / 2) - cdf((sig[t - 1] + sig[t]) / 2), rel=1e-4)
+    assert p.sum() == pytest.approx(1.0)
+    # the drawn timesteps are the nearest-sigma steps of the drawn log-normal sigmas
+    key = jax.random.PRNGKey(3)
+    t, w, _ = jax.jit(sampler.sample)({}, key, jnp.zeros((4096, 1)))
+    drawn = np.exp(-1.2 + 1.2 * np.asarray(jax.random.normal(key, (4096,), jnp.float32), np.float64))
+    nearest = np.argmin(np.abs(np.asarray(sig)[None, :] - drawn[:, None]), axis=1)
+    assert np.mean(np.asarray(t) == nearest) > 0.995  # float32 ties at cell edges aside
+    np.testing.assert_array_equal(np.asarray(w), 1.0)
+
+
+@pytest.mark.parametrize("schedule", ["linear", "cosine", "quad"])
+def test_logitnormal_density_on_the_noise_level_by_hand(schedule):
+    c = config(**{"diffusion.schedule": schedule, "sampler.name": "logitnormal"})
+    sampler = make_sampler(c, make_schedule(schedule, T))
+
+    def density(t):  # logit-normal (m = 0, s = 1) at n_t = sqrt(1 - alpha_bar_t)
+        n = math.sqrt(1 - alpha_bar_by_hand(schedule, t))
+        return math.exp(-math.log(n / (1 - n)) ** 2 / 2) / (math.sqrt(2 * math.pi) * n * (1 - n))
+
+    p = sampler.p64
+    assert p.sum() == pytest.approx(1.0)
+    for t in (0, 500, T - 1):
+        assert p[t] / p[250] == pytest.approx(density(t) / density(250), rel=1e-5)
+    # a sampling density, not random loss weights: every weight is 1 and the draws follow p
+    t, w, _ = jax.jit(sampler.sample)({}, jax.random.PRNGKey(0), jnp.zeros((20000, 1)))
+    np.testing.assert_array_equal(np.asarray(w), 1.0)
+    hist = np.bincount(np.asarray(t) * 10 // T, minlength=10) / 20000
+    np.testing.assert_allclose(hist, p.reshape(10, 100).sum(1), atol=0.015)
+
+
+def test_antithetic_timesteps_are_one_offset_and_an_even_grid():
+    c = config(**{"sampler.name": "antithetic"})
+    sampler = make_sampler(c, make_schedule("linear", T))
+    key = jax.random.PRNGKey(7)
+    t, w, _ = jax.jit(sampler.sample)({}, key, jnp.zeros((16, 8, 8, 1)))
+    u0 = float(jax.random.uniform(key, ()))
+    np.testing.assert_array_equal(np.asarray(t), [math.floor(((u0 + i / 16) % 1.0) * T) for i in range(16)])
+    assert sorted(np.asarray(t) * 16 // T) == list(range(16))  # one timestep in each sixteenth of [0, T)
+    np.testing.assert_array_equal(np.asarray(w), 1.0)
+
+
+def improved_diffusion_history(ts, losses, n, H):
+    """LossSecondMomentResampler.update_with_all_losses, written from its description: per t, the last H losses."""
+    hist, count = np.zeros((n, H)), np.zeros(n, int)
+    for t, loss in zip(ts, losses):
+        if count[t] == H:
+            hist[t, :-1] = hist[t, 1:]
+            hist[t, -1] = loss
+        else:
+            hist[t, count[t]] = loss
+            count[t] += 1
+    return hist, count
+
+
+def test_loss_second_moment_history_probabilities_and_weights_by_hand():
+    n, H = 4, 3
+    c = config(**{"sampler.name": "loss_second_moment", "sampler.loss_second_moment.history": H, "mesh.data": 8})
+    sampler = make_sampler(c, make_schedule("cosine", n))
+    from training.mesh import batch_sharding, make_mesh
+    sh = batch_sharding(make_mesh(c))
+    rng = np.random.default_rng(0)
+    state = sampler.init(None, None)
+    update = jax.jit(lambda s, t, l: sampler.update(s, StepContext(None, None, None, t, None, l, None, None, None)))
+    all_t, all_l = [], []
+    for i in range(4):  # batches of 16 sharded over 8 devices, many repeats of each t: order matters
+        t = rng.integers(0, n, 16) if i else np.array([0, 1, 2] * 5 + [1])  # t = 3 unseen after the first batch
+        loss = rng.uniform(0.1, 2.0, 16)
+        if i == 0:
+            p0 = np.asarray(sampler.probabilities(state))
+            np.testing.assert_allclose(p0, 0.25)
+        state, metrics = update(state, jax.device_put(jnp.asarray(t, jnp.int32), sh),
+                                jax.device_put(jnp.asarray(loss, jnp.float32), sh))
+        all_t += list(t)
+        all_l += list(loss)
+        hist, count = improved_diffusion_history(all_t, all_l, n, H)
+        np.testing.assert_allclose(np.sort(np.asarray(state["history"]), 1), np.sort(hist, 1), rtol=1e-6)
+        p = np.asarray(sampler.probabilities(state))
+        if (count < H).any():
+            np.testing.assert_allclose(p, 1 / n)  # uniform until every t has H losses
+        else:
+            w = np.sqrt(np.mean(hist ** 2, axis=1))
+            np.testing.assert_allclose(p, 0.999 * w / w.sum() + 0.001 / n, rtol=1e-5)
+    assert (count == H).all()
+    t, weights, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(0), jnp.zeros((64, 1)))
+    np.testing.assert_allclose(np.asarray(weights), 1 / (n * p[np.asarray(t)]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["loss_second_moment", "grad_variance"])
+def test_importance_weighted_loss_is_an_unbiased_estimate_of_the_uniform_loss(name):
+    c = config(**{"sampler.name": name, "sampler.grad_variance.importance_weights": True})
+    sampler = make_sampler(c, make_schedule("linear", T))
+    t_all = np.arange(T)
+    loss = 1.0 + 3.0 * np.sin(t_all / 90.0) ** 2 + (t_all < 50) * 5.0  # a fixed, uneven per-timestep loss
+    if name == "loss_second_moment":
+        state = dict(history=jnp.asarray(np.repeat(loss[:, None], 10, 1) * np.linspace(0.5, 1.5, 10), jnp.float32),
+                     count=jnp.full((T,), 10, jnp.int32))
+    else:
+        state = dict(ema=jnp.asarray(np.linspace(5.0, 0.1, 20) ** 2, jnp.float32), updates=jnp.int32(3),
+                     last=jnp.zeros(20))
+    p = np.asarray(sampler.probabilities(state))
+    assert p.max() / p.min() > 5  # far from uniform
+    N = 200_000
+    t, w, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(11), jnp.zeros((N, 1)))
+    t, w = np.asarray(t), np.asarray(w, np.float64)
+    est = w * loss[t]
+    se = est.std() / math.sqrt(N)
+    assert abs(est.mean() - loss.mean()) < 4 * se
+    assert abs(loss[t].mean() - loss.mean()) > 8 * se  # without the weights the same draws are far off
+
+
+def test_grad_variance_estimate_and_table():
+    n = 10
+    c = config(**{"sampler.name": "grad_variance", "sampler.grad_variance.num_bins": 5,
+                  "sampler.grad_variance.decay": 0.5, "sampler.grad_variance.update_every": 1})
+    sampler = make_sampler(c, make_schedule("cosine", n))
+    # a "model" whose per-example gradient is its timestep: v_b = (t1 - t2)^2 / 2 with t1, t2 in a bin of 2 steps
+    loss_fn = lambda p, x0, t, noise, key: p["w"] * t.astype(jnp.float32)
+    x0 = jnp.zeros((8, 2, 2, 1))
+
+    @jax.jit
+    def update(state, key):
+        ctx = StepContext(jnp.int32(0), key, x0, None, {}, None, {"w": jnp.float32(1.0)}, None, None, loss_fn)
+        return sampler.update(state, ctx)[0]
+
+    state = sampler.init(None, x0)
+    np.testing.assert_allclose(np.asarray(sampler.probabilities(state)), 0.1)  # uniform before the first estimate
+    lasts = []
+    for i in range(40):
+        state = update(state, jax.random.PRNGKey(i))
+        lasts.append(np.asarray(state["last"]))
+        assert set(np.unique(lasts[-1])) <= {0.0, 0.5}
+    mean = np.mean(lasts, axis=0)
+    assert ((mean > 0.1) & (mean < 0.4)).all()  # E (t1 - t2)^2 / 2 = 1/4 within a bin of two steps
+    # the bias-corrected moving average with decay 0.5, by hand
+    ema = 0.0
+    for k, v in enumerate(lasts, 1):
+        ema = 0.5 * ema + 0.5 * v
+    np.testing.assert_allclose(np.asarray(state["ema"]), ema / (1 - 0.5 ** 40), rtol=1e-5)
+    est = np.asarray(state["ema"])
+    want_bin = 0.999 * est / est.sum() + 0.001 / 5
+    np.testing.assert_allclose(np.asarray(sampler.probabilities(state)), np.repeat(want_bin / 2, 2), rtol=1e-5)
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("sampler.speed.k", 0.0, "config.sampler.speed.k=0.0 must be > 0"),
+    ("sampler.speed.tau", 0, "config.sampler.speed.tau=0 must be in 1..1000"),
+    ("sampler.speed.tau", 1001, "config.sampler.speed.tau=1001 must be in 1..1000"),
+    ("weighting.speed.lam", 5.0, "config.weighting.speed.lam=5.0 must be in [0, 1]"),
+    ("weighting.speed.tau", 2000, "config.weighting.speed.tau=2000 must be in 1..1000"),
+    ("weighting.p2.gamma", 0.0, "config.weighting.p2.gamma=0.0 must be > 0"),
+    ("weighting.p2.k", -1.0, "config.weighting.p2.k=-1.0 must be > 0"),
+    ("weighting.min_snr.gamma", -5.0, "config.weighting.min_snr.gamma=-5.0 must be > 0"),
+    ("sampler.lognormal.std", 0.0, "config.sampler.lognormal.std=0.0 must be > 0"),
+    ("sampler.loss_second_moment.uniform_prob", 0.0, "config.sampler.loss_second_moment.uniform_prob=0.0"),
+    ("sampler.grad_variance.num_bins", 0, "config.sampler.grad_variance.num_bins=0 must be in 1..1000"),
+])
+def test_out_of_range_parameters_are_refused_naming_the_field(field, value, needle):
+    section, name = field.split(".")[:2]
+    c = tiny_config(**{f"{section}.name": name, field: value})
+    with pytest.raises(ConfigError, match=needle.replace("[", r"\[").replace("]", r"\]").replace(".", r"\.")):
+        validate(c)
+
+
+def test_unknown_weighting_lists_the_registered_ones():
+    with pytest.raises(ConfigError, match="config.weighting.name='p3' is not allowed: must be one of min_snr, none, "
+                                          "p2, speed"):
+        validate(tiny_config(**{"weighting.name": "p3"}))
+
+
+def test_cifar10_variants_are_one_config_with_the_named_method():
+    from configs import cifar10
+
+    for schedule in ("linear", "cosine", "quad"):
+        for method, (sampler, weighting) in cifar10.METHODS.items():
+            c = cifar10.get_config(f"{schedule},{method}")
+            validate(c)
+            assert (c.diffusion.schedule, c.sampler.name, c.weighting.name) == (schedule, sampler, weighting)
+            assert c.model.ch == 128 and c.train.lr == 2e-4
+    base = cifar10.get_config()
+    assert (base.diffusion.schedule, base.sampler.name) == ("quad", "adaptive")
+    with pytest.raises(ValueError, match="METHOD one of uniform, p2"):
+        cifar10.get_config("linear,p3")

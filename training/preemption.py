@@ -1,0 +1,51 @@
+"""Stopping cleanly on SIGTERM or SIGINT (a preemption notice, `kill`, Ctrl-C).
+
+The handler only records the signal; the training loop sees it after the step in flight, writes a checkpoint of that
+step and returns, so the process exits 0 and the same command resumes. The handler then steps aside: a second
+signal gets the previous behaviour (a second Ctrl-C interrupts at once; orbax's atomic commit keeps the last complete
+checkpoint readable either way).
+With several processes, all must stop at the same step: `requested()` is then an all-gather of every process's
+flag, one small collective per step.
+"""
+import signal
+import threading
+
+import jax
+import numpy as np
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopRequest:
+    def __init__(self):
+        self.signum = None
+        self._previous = {}
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
+            self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+        return self
+
+    def _handle(self, signum, frame):
+        self.signum = signum
+        self._restore()
+
+    def _restore(self):
+        for s, h in self._previous.items():
+            signal.signal(s, h)
+        self._previous = {}
+
+    def __exit__(self, *exc):
+        self._restore()
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name if self.signum is not None else "another process's signal"
+
+    def requested(self) -> bool:
+        local = self.signum is not None
+        if jax.process_count() == 1:
+            return local
+        from jax.experimental import multihost_utils
+
+        return bool(np.any(multihost_utils.process_allgather(np.asarray(local))))
