@@ -1,6 +1,7 @@
 """Train a diffusion model with a chosen timestep sampler.
 
     python main.py --config=configs/default.py --workdir=/tmp/digits [--config.FIELD=VALUE ...]
+    python main.py --mode=compile --config=configs/cifar10.py     # memory and FLOPs of the step, no training
 """
 import os
 import sys
@@ -11,7 +12,9 @@ from ml_collections import config_flags
 config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config (a configs/*.py file).",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and samples go.")
-flags.DEFINE_enum("mode", "train", ["train"], "What to do.")
+flags.DEFINE_enum("mode", "train", ["train", "compile"],
+                  "train: train or resume in --workdir. compile: compile the train step for the configured mesh and "
+                  "print its memory and FLOP estimates, without training (no --workdir needed).")
 flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first: with no other flag on a Cloud TPU "
                   "pod or under SLURM (auto-detected), else from the three flags below.")
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for --distributed off TPU/SLURM.")
@@ -44,11 +47,17 @@ def main(argv):
     from training.train import TrainingDiverged, train
     from data import DatasetNotFound
 
-    if not FLAGS.workdir:
+    if FLAGS.mode == "train" and not FLAGS.workdir:
         print("error: --workdir is required (where checkpoints, metrics and samples go)", file=sys.stderr)
         return 2
     try:
-        if FLAGS.mode == "train":
+        if FLAGS.mode == "compile":
+            from training import aot
+            from training.train import build
+
+            setup = build(FLAGS.config)
+            print(aot.format_report(aot.step_report(setup, *aot.compile_step(setup))), flush=True)
+        else:
             train(FLAGS.config, FLAGS.workdir)
     except (ConfigError, WorkdirMismatch, DatasetNotFound) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -1,7 +1,9 @@
-"""Step time, images/s and compile time of the uniform and the adaptive train step, and their ratio.
+"""Step time, images/s, compile time and peak memory of the uniform and the adaptive train step, their ratio, and on
+a GPU or TPU the model FLOPs utilisation, on whatever devices JAX sees.
 
     python benchmarks/throughput.py                       # default (digits) and CIFAR-10 configs, batch 128
     python benchmarks/throughput.py --configs=default --reps=30
+    python benchmarks/throughput.py --configs=cifar10 --set model.dtype=bfloat16   # on an accelerator
 
 The adaptive step does its policy update on steps with step % f_S == 0. Both kinds of step are timed separately
 (the train state's step counter is set to land on each kind) and amortised over f_S:
@@ -9,6 +11,12 @@ The adaptive step does its policy update on steps with step % f_S == 0. Both kin
 Timings are medians over interleaved repetitions, so load on the machine hits every variant alike. Compile time is
 lower() + compile() of the jitted, sharded step. On a CPU-only host the CPU is split into per-core devices as
 main.py does.
+Peak memory per device: XLA's estimate for the compiled step (arguments + outputs - donated aliases + temporaries),
+and where the runtime reports it (GPU, TPU) the measured peak_bytes_in_use after the timed steps.
+MFU (uniform step only: XLA's FLOP count of the adaptive step adds both branches of its policy-update cond) =
+XLA's FLOPs per step per device / step time / the device's peak dense FLOP/s, from the vendors' datasheets in
+PEAK_TFLOPS (bfloat16 for model.dtype=bfloat16, else the TF32 tensor-core rate that XLA uses for float32 matmuls on
+NVIDIA GPUs by default). Devices not in the table get no MFU.
 """
 import argparse
 import importlib
@@ -18,6 +26,22 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# Peak dense TFLOP/s per device: (bfloat16, float32 as XLA runs it by default). NVIDIA datasheets (SXM parts; TF32
+# without sparsity) and Google Cloud TPU documentation.
+PEAK_TFLOPS = {
+    "H200": (989.0, 494.0), "H100": (989.0, 494.0), "A100": (312.0, 156.0), "L4": (121.0, 60.0),
+    "TPU v4": (275.0, 275.0), "TPU v5 lite": (197.0, 197.0), "TPU v5e": (197.0, 197.0), "TPU v5p": (459.0, 459.0),
+    "TPU v6": (918.0, 918.0),
+}
+
+
+def peak_flops(device_kind: str, dtype: str):
+    for name, (bf16, f32) in PEAK_TFLOPS.items():
+        if name.lower() in device_kind.lower():
+            return 1e12 * (bf16 if dtype == "bfloat16" else f32)
+    return None
 
 
 def parse():
@@ -56,6 +80,7 @@ def main():
     import jax
     import numpy as np
 
+    from training import aot
     from training.train import build, initial_state
 
     dev = jax.devices()
@@ -69,13 +94,12 @@ def main():
             st = initial_state(s)
             shape = (c.train.batch_size, c.data.image_size, c.data.image_size, c.data.channels)
             batch = jax.device_put(np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8), s.batch_sharding)
-            t0 = time.perf_counter()
-            compiled = s.step_fn.lower(st, batch).compile()
-            compile_s = time.perf_counter() - t0
+            compiled, compile_s = aot.compile_step(s)
+            report = aot.step_report(s, compiled, compile_s)
             f = c.sampler.adaptive.update_every
             kinds = {"other": 1} if sampler == "uniform" else {"other": 1, "update": 0}
             variants[sampler] = dict(compiled=compiled, state=st, batch=batch, compile_s=compile_s, f=f,
-                                     kinds=kinds, times={k: [] for k in kinds})
+                                     kinds=kinds, times={k: [] for k in kinds}, report=report, dtype=c.model.dtype)
             for k, step in kinds.items():  # warm-up call of each kind
                 st = variants[sampler]["state"].replace(step=jax.numpy.asarray(step + f, jax.numpy.int32))
                 st, m = compiled(st, batch)
@@ -94,16 +118,36 @@ def main():
         a = variants["adaptive"]
         t_other, t_upd = statistics.median(a["times"]["other"]), statistics.median(a["times"]["update"])
         amort = ((a["f"] - 1) * t_other + t_upd) / a["f"]
-        rows.append((name, u, t_other, t_upd, amort, variants["uniform"]["compile_s"], a["compile_s"], a["f"]))
-        print(f"{name}: uniform {u * 1e3:.1f} ms/step ({args.batch / u:.0f} img/s, {1 / u:.2f} steps/s); adaptive "
-              f"other {t_other * 1e3:.1f} ms, update {t_upd * 1e3:.1f} ms, amortised over f_S={a['f']}: "
-              f"{amort * 1e3:.1f} ms ({1 / amort:.2f} steps/s); ratio {amort / u:.3f}; compile uniform "
-              f"{variants['uniform']['compile_s']:.1f} s, adaptive {a['compile_s']:.1f} s", flush=True)
-    print("\n| config | uniform ms/step | adaptive other | adaptive update | amortised | ratio | compile uniform | compile adaptive |")
-    print("|---|---|---|---|---|---|---|---|")
-    for name, u, o, up, am, cu, ca, f in rows:
-        print(f"| {name} | {u * 1e3:.1f} | {o * 1e3:.1f} | {up * 1e3:.1f} | {am * 1e3:.1f} (f_S={f}) | "
-              f"{am / u:.3f}x | {cu:.1f} s | {ca:.1f} s |")
+        measured = (dev[0].memory_stats() or {}).get("peak_bytes_in_use")
+        ur = variants["uniform"]["report"]
+        peak = peak_flops(dev[0].device_kind, variants["uniform"]["dtype"])
+        mfu = ur["flops"] / u / peak if peak and ur["flops"] else None
+        rows.append(dict(name=name, u=u, other=t_other, upd=t_upd, amort=amort, f=a["f"],
+                         cu=variants["uniform"]["compile_s"], ca=a["compile_s"], mem_u=aot.peak_bytes(ur),
+                         mem_a=aot.peak_bytes(a["report"]), measured=measured, gflop=(ur["flops"] or 0) / 1e9, mfu=mfu))
+        print(f"{name}: uniform {u * 1e3:.1f} ms/step ({args.batch / u:.0f} img/s); adaptive other "
+              f"{t_other * 1e3:.1f} ms, update {t_upd * 1e3:.1f} ms, amortised over f_S={a['f']}: {amort * 1e3:.1f} ms "
+              f"({args.batch / amort:.0f} img/s); ratio {amort / u:.3f}; compile uniform {rows[-1]['cu']:.1f} s, "
+              f"adaptive {a['compile_s']:.1f} s; peak memory per device (XLA estimate) uniform "
+              f"{mib(rows[-1]['mem_u'])}, adaptive {mib(rows[-1]['mem_a'])}, measured {mib(measured)}; "
+              f"{rows[-1]['gflop']:.2f} GFLOP per uniform step per device; MFU {pct(mfu)}", flush=True)
+    print("\n| config | uniform ms/step (img/s) | adaptive other / update ms | adaptive amortised ms (img/s) | ratio "
+          "| compile uniform / adaptive | peak memory per device, XLA est. uniform / adaptive (measured) "
+          "| GFLOP per step per device | MFU (uniform) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['name']} | {r['u'] * 1e3:.1f} ({args.batch / r['u']:.0f}) | {r['other'] * 1e3:.1f} / "
+              f"{r['upd'] * 1e3:.1f} | {r['amort'] * 1e3:.1f} ({args.batch / r['amort']:.0f}), f_S={r['f']} | "
+              f"{r['amort'] / r['u']:.3f}x | {r['cu']:.1f} s / {r['ca']:.1f} s | {mib(r['mem_u'])} / "
+              f"{mib(r['mem_a'])} ({mib(r['measured'])}) | {r['gflop']:.2f} | {pct(r['mfu'])} |")
+
+
+def mib(b):
+    return "n/a" if b is None else f"{b / 2**20:.1f} MiB"
+
+
+def pct(x):
+    return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
 if __name__ == "__main__":

@@ -114,6 +114,9 @@ def get_config():
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1  # devices on the data axis; -1: all
+    # Shard parameters, optimizer moments and EMA over the data axis (FSDP-style) instead of replicating them: for
+    # models whose state does not fit a device several times over. Same results, more communication.
+    c.mesh.shard_params = False
     # On a CPU-only host main.py splits the CPU into this many XLA devices before JAX starts (-1: one per core, the
     # largest count that divides the batch): XLA runs these small convolutions on one thread per device, so
     # data parallelism over per-core devices is what uses every core. Ignored when XLA_FLAGS sets the count.

@@ -63,7 +63,9 @@ class AttnBlock(nn.Module):
         B, H, W, C = x.shape
         h = nn.GroupNorm(self.groups, dtype=self.dtype)(x).reshape(B, H * W, C)
         q, k, v = (nn.Dense(C, dtype=self.dtype, name=n)(h) for n in ("q", "k", "v"))
-        w = nn.softmax(jnp.einsum("bqc,bkc->bqk", q, k) / math.sqrt(C), axis=-1)
+        # logits and softmax in float32 whatever the compute dtype (bfloat16 logits lose the small differences)
+        logits = jnp.einsum("bqc,bkc->bqk", q, k, preferred_element_type=jnp.float32) / math.sqrt(C)
+        w = nn.softmax(logits, axis=-1).astype(self.dtype)
         h = jnp.einsum("bqk,bkc->bqc", w, v)
         h = nn.Dense(C, kernel_init=nn.initializers.zeros, dtype=self.dtype, name="proj")(h)
         return x + h.reshape(B, H, W, C)

@@ -69,3 +69,20 @@ def finished_run(tmp_path_factory):
     wd = wd / "wd"
     assert r.returncode == 0, r.stderr[-3000:]
     return wd, r
+
+
+def restore_checkpoint(workdir, step=None):
+    """(step, state as a dict of arrays on one device) of a workdir's checkpoint (the latest by default), whatever
+    the device topology that wrote it."""
+    import jax
+    import orbax.checkpoint as ocp
+
+    ck = os.path.join(str(workdir), "checkpoints")
+    step = step if step is not None else max(int(s) for s in os.listdir(ck) if s.isdigit())
+    path = os.path.join(ck, str(step), "default")
+    one = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    with ocp.StandardCheckpointer() as ckptr:
+        meta = ckptr.metadata(path)
+        meta = getattr(meta, "item_metadata", meta)
+        target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta)
+        return step, ckptr.restore(path, target)

@@ -1,6 +1,7 @@
 """main.py end to end on the embedded digits, and bad input stopping before training with one clear line."""
 import json
 import os
+import re
 
 import pytest
 
@@ -65,3 +66,44 @@ def test_unwritable_workdir(tmp_path):
     blocker.write_text("x")
     with pytest.raises(ConfigError, match=r"--workdir=.* cannot be written"):
         check_workdir(str(blocker / "sub"))
+
+
+def test_compile_mode_reports_memory_and_flops_without_training(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT, tiny_flags
+
+    r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--mode=compile",
+                        f"--config={ROOT}/configs/default.py", *tiny_flags()], capture_output=True, text=True,
+                       timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "adaptive sampler, batch 16" in r.stdout and "8 cpu device(s)" in r.stdout
+    mem = re.search(r"arguments ([\d.]+) MiB, outputs ([\d.]+) MiB .* temporaries ([\d.]+) MiB", r.stdout)
+    flops = re.search(r"FLOPs per step per device .*: ([\d.]+) GFLOP", r.stdout)
+    assert mem and flops, r.stdout
+    assert float(mem.group(1)) > 0 and float(flops.group(1)) > 0
+    assert os.listdir(tmp_path) == []  # nothing written: no workdir, no checkpoints
+
+
+def test_a_config_built_in_code_is_checked_for_types_unknown_and_missing_fields():
+    import ml_collections
+
+    def with_change(change):
+        d = tiny_config().to_dict()
+        change(d)
+        return ml_collections.ConfigDict(d)
+
+    cases = [
+        (lambda d: d["train"].update(lr="fast"), "config.train.lr='fast' is not allowed: must be a number >= 0.0"),
+        (lambda d: d["model"].update(ch_mult=[1, 0]), "config.model.ch_mult=[1, 0] is not allowed: must be a non-empty "
+                                                      "tuple of integers >= 1"),
+        (lambda d: d["sampler"]["adaptive"].update(common_noise="yes"), "config.sampler.adaptive.common_noise='yes'"),
+        (lambda d: d["train"].update(learning_rate=0.1), "config.train.learning_rate is not a config field; did you "
+                                                         "mean config.train.lr?"),
+        (lambda d: d["train"].pop("ema_decay"), "config.train.ema_decay is missing"),
+    ]
+    for change, needle in cases:
+        with pytest.raises(ConfigError) as e:
+            validate(with_change(change))
+        assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)

@@ -11,7 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import ROOT, tiny_flags
+from conftest import ROOT, restore_checkpoint, tiny_flags
 
 STEPS_FOREVER = 100_000
 
@@ -41,14 +41,6 @@ def wait_for(pred, proc, timeout=240):
 def metrics_lines(wd):
     p = os.path.join(wd, "metrics.jsonl")
     return len(open(p).readlines()) if os.path.exists(p) else 0
-
-
-def final_state(wd):
-    import orbax.checkpoint as ocp
-
-    steps = sorted(int(s) for s in os.listdir(os.path.join(wd, "checkpoints")) if s.isdigit())
-    with ocp.StandardCheckpointer() as ckptr:
-        return steps[-1], ckptr.restore(os.path.join(wd, "checkpoints", str(steps[-1]), "default"))
 
 
 def assert_states_equal(a, b):
@@ -103,7 +95,7 @@ def test_sigterm_kill_9_and_sigint_never_cost_the_run_and_resume_exactly(tmp_pat
 
     straight = str(tmp_path / "straight")
     assert run(straight, steps=n2).returncode == 0
-    (sa, a), (sb, b) = final_state(wd), final_state(straight)
+    (sa, a), (sb, b) = restore_checkpoint(wd), restore_checkpoint(straight)
     assert sa == sb == n2
     assert_states_equal(a, b)  # model, optimizer, EMA, the learned sampler's policy, buffer and S, RNG
 

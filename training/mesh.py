@@ -23,3 +23,26 @@ def replicated(mesh):
 
 def batch_sharding(mesh):
     return NamedSharding(mesh, P(DATA))
+
+
+def fsdp_sharding(x, mesh):
+    """Shard an array over the data axis along its largest dimension that the axis size divides (FSDP-style);
+    replicate scalars and arrays with no such dimension (biases of odd sizes, norms)."""
+    n = mesh.shape[DATA]
+    dims = [i for i, d in enumerate(x.shape) if d >= n and d % n == 0]
+    if n == 1 or not dims:
+        return replicated(mesh)
+    i = max(dims, key=lambda i: (x.shape[i], -i))
+    return NamedSharding(mesh, P(*([None] * i + [DATA])))
+
+
+def state_shardings(abstract_state, mesh, shard_params: bool):
+    """Shardings of the train state: all replicated, or with config.mesh.shard_params the model parameters, their
+    optimizer moments and the EMA sharded over the data axis (FSDP-style; XLA gathers each layer's weights where
+    the step needs them). The step counter, the RNG and the sampler's (small) state stay replicated."""
+    rep = jax.tree.map(lambda _: replicated(mesh), abstract_state)
+    if not shard_params:
+        return rep
+    fsdp = lambda tree: jax.tree.map(lambda x: fsdp_sharding(x, mesh), tree)
+    return rep.replace(params=fsdp(abstract_state.params), opt_state=fsdp(abstract_state.opt_state),
+                       ema_params=fsdp(abstract_state.ema_params))

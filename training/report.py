@@ -50,10 +50,8 @@ def timestep_pictures(metrics_path: str, out_dir: str, num_timesteps: int):
     """timesteps.png: heatmap of the drawn-t distribution (rows: training step, columns: t), from metrics.jsonl's
     per-window histograms; per_timestep_loss.png: the mean training MSE per t-bin over the last window and overall.
     Returns the paths written."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    # Figures without pyplot: no global backend switch (a notebook's inline plots keep working), no GUI needed.
+    from matplotlib.figure import Figure
 
     rows = [r for r in read_metrics(metrics_path) if "t_hist" in r]
     if not rows:
@@ -62,7 +60,8 @@ def timestep_pictures(metrics_path: str, out_dir: str, num_timesteps: int):
     hist = np.array([r["t_hist"] for r in rows], np.float64)
     nb = hist.shape[1]
     dens = hist / np.maximum(hist.sum(1, keepdims=True), 1) * nb  # 1.0 = uniform
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     im = ax.imshow(dens, aspect="auto", origin="lower", cmap="magma",
                    extent=(0, num_timesteps, steps[0], steps[-1] if len(steps) > 1 else steps[0] + 1))
     ax.set_xlabel("timestep t")
@@ -72,11 +71,11 @@ def timestep_pictures(metrics_path: str, out_dir: str, num_timesteps: int):
     paths = [os.path.join(out_dir, "timesteps.png")]
     fig.tight_layout()
     fig.savefig(paths[0], dpi=100)
-    plt.close(fig)
 
     loss_sum = np.array([r["t_loss_sum"] for r in rows], np.float64)
     centers = (np.arange(nb) + 0.5) * num_timesteps / nb
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig = Figure(figsize=(7, 4))
+    ax = fig.subplots()
     last = loss_sum[-1] / np.maximum(hist[-1], 1)
     allw = loss_sum.sum(0) / np.maximum(hist.sum(0), 1)
     ax.semilogy(centers, np.where(hist.sum(0) > 0, allw, np.nan), label="whole run")
@@ -88,7 +87,6 @@ def timestep_pictures(metrics_path: str, out_dir: str, num_timesteps: int):
     paths.append(os.path.join(out_dir, "per_timestep_loss.png"))
     fig.tight_layout()
     fig.savefig(paths[1], dpi=100)
-    plt.close(fig)
     return paths
 
 

@@ -28,8 +28,10 @@ def make_apply(model):
 
 def make_terms_fn(model, config, schedule):
     """terms_fn(params, x0 [B,...], ts [K], noise [K,B,...], dropout_key=None, kl_only=False, max_rows=0)
-    -> [B, K] bits/dim; max_rows > 0 runs the network on at most that many rows at a time (gaussian.bound_terms)."""
-    apply = make_apply(model)
+    -> [B, K] bits/dim; max_rows > 0 runs the network on at most that many rows at a time (gaussian.bound_terms).
+    The network runs in float32 whatever config.model.dtype says: the bound terms, and the learned sampler's reward
+    (a small difference of two such terms), would be biased by bfloat16 rounding. The parameters are the same."""
+    apply = make_apply(model.clone(dtype=jnp.float32))
     target, variance = config.diffusion.target, config.diffusion.variance
 
     def terms_fn(params, x0, ts, noise, dropout_key=None, kl_only=False, max_rows=0):

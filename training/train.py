@@ -18,7 +18,7 @@ from diffusion import make_schedule, sampling
 from samplers import make_sampler
 from training import checkpoint as ckpt
 from training import report
-from training.mesh import batch_sharding, make_mesh, replicated
+from training.mesh import batch_sharding, make_mesh, replicated, state_shardings
 from training.preemption import StopRequest
 from training.state import image_shape, init_state, make_model, make_optimizer
 from training.step import make_apply, make_train_step
@@ -62,7 +62,7 @@ def build(config) -> Setup:
     tx = make_optimizer(config)
     raw = make_train_step(config, model, schedule, sampler, weighting, tx)
     abstract = jax.eval_shape(lambda k: init_state(config, model, tx, sampler, k), jax.random.PRNGKey(0))
-    state_sh = jax.tree.map(lambda _: replicated(mesh), abstract)
+    state_sh = state_shardings(abstract, mesh, config.mesh.shard_params)
     b_sh = batch_sharding(mesh)
     setup = Setup(config, mesh, schedule, model, sampler, weighting, tx, raw, None, abstract, state_sh, b_sh)
     setup.step_fn = setup.jit_step(raw)

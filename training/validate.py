@@ -237,6 +237,7 @@ def check_values(config):
     _int(c, "sample.ddim_steps", 1, T)
     _int(c, "mesh.data", 1, extra=(-1,))
     _int(c, "mesh.cpu_devices", 1, extra=(-1,))
+    _bool(c, "mesh.shard_params")
     _int(c, "diagnostics.t_bins", 1, T)
 
 
