@@ -12,9 +12,10 @@ from ml_collections import config_flags
 config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config (a configs/*.py file).",
                                 lock_config=True)
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and samples go.")
-flags.DEFINE_enum("mode", "train", ["train", "compile"],
-                  "train: train or resume in --workdir. compile: compile the train step for the configured mesh and "
-                  "print its memory and FLOP estimates, without training (no --workdir needed).")
+flags.DEFINE_enum("mode", "train", ["train", "eval", "compile"],
+                  "train: train or resume in --workdir. eval: evaluate the latest checkpoint in --workdir (test "
+                  "bits/dim, samples) into --workdir/eval/. compile: compile the train step for the configured mesh "
+                  "and print its memory and FLOP estimates, without training (no --workdir needed).")
 flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first: with no other flag on a Cloud TPU "
                   "pod or under SLURM (auto-detected), else from the three flags below.")
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for --distributed off TPU/SLURM.")
@@ -47,7 +48,7 @@ def main(argv):
     from training.train import TrainingDiverged, train
     from data import DatasetNotFound
 
-    if FLAGS.mode == "train" and not FLAGS.workdir:
+    if FLAGS.mode in ("train", "eval") and not FLAGS.workdir:
         print("error: --workdir is required (where checkpoints, metrics and samples go)", file=sys.stderr)
         return 2
     try:
@@ -57,6 +58,15 @@ def main(argv):
 
             setup = build(FLAGS.config)
             print(aot.format_report(aot.step_report(setup, *aot.compile_step(setup))), flush=True)
+        elif FLAGS.mode == "eval":
+            from training.evaluate import evaluate
+
+            r = evaluate(FLAGS.config, FLAGS.workdir)
+            nll = r["nll_bpd"]
+            print(f"checkpoint {r['checkpoint_step']}: test NLL <= {nll['value']:.4f} bits/dim "
+                  f"(+- {nll['stderr'] or 0:.4f}, {nll['protocol']['images']} images, all "
+                  f"{nll['protocol']['timesteps']} timesteps, {nll['protocol']['seconds']:.1f} s)"
+                  + (f"\nResults: {r['path']}" if "path" in r else ""), flush=True)
         else:
             train(FLAGS.config, FLAGS.workdir)
     except (ConfigError, WorkdirMismatch, DatasetNotFound) as e:

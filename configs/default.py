@@ -112,6 +112,13 @@ def get_config():
     c.sample.method = "ancestral"  # ancestral | ddim
     c.sample.ddim_steps = 100
 
+    # --mode=eval (training/evaluate.py): the latest checkpoint's EMA parameters.
+    c.eval = ml_collections.ConfigDict()
+    c.eval.nll_images = -1  # test images in the bits/dim (-1: the whole test split)
+    c.eval.batch_size = 128  # images per bound evaluation (rounded up to the device count)
+    c.eval.chunk_rows = 8192  # network rows per call inside the bound (image x timestep pairs; memory bound)
+    c.eval.num_samples = 64  # samples in the eval grid
+
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1  # devices on the data axis; -1: all
     # Shard parameters, optimizer moments and EMA over the data axis (FSDP-style) instead of replicating them: for

@@ -239,6 +239,10 @@ def check_values(config):
     _int(c, "mesh.cpu_devices", 1, extra=(-1,))
     _bool(c, "mesh.shard_params")
     _int(c, "diagnostics.t_bins", 1, T)
+    _int(c, "eval.nll_images", 1, extra=(-1,))
+    _int(c, "eval.batch_size", 1)
+    _int(c, "eval.chunk_rows", 0)
+    _int(c, "eval.num_samples", 1)
 
 
 def validate(config):
