@@ -103,10 +103,12 @@ class TableSampler(Sampler):
         """p(t), t = 0..T-1: [T] float32."""
         raise NotImplementedError
 
+    def cdf(self, state):
+        return cdf_of(self.probabilities(state))
+
     def sample(self, state, key, x0):
-        p = self.probabilities(state)
-        t = inverse_cdf(key, cdf_of(p), x0.shape[0])
-        w = 1.0 / (self.T * p[t]) if self.importance else jnp.ones(t.shape, jnp.float32)
+        t = inverse_cdf(key, self.cdf(state), x0.shape[0])
+        w = 1.0 / (self.T * self.probabilities(state)[t]) if self.importance else jnp.ones(t.shape, jnp.float32)
         return t, w, {}
 
 
@@ -121,12 +123,10 @@ class FixedTableSampler(TableSampler):
         super().__init__(config, schedule)
         self.p64 = self.table(config, schedule)
         self.p = jnp.asarray(self.p64, jnp.float32)
-        self.cdf = jnp.asarray(np.cumsum(self.p64) / np.sum(self.p64), jnp.float32)
+        self._cdf = jnp.asarray(np.cumsum(self.p64) / np.sum(self.p64), jnp.float32)  # in float64, then rounded
 
     def probabilities(self, state):
         return self.p
 
-    def sample(self, state, key, x0):
-        t = inverse_cdf(key, self.cdf, x0.shape[0])
-        w = 1.0 / (self.T * self.p[t]) if self.importance else jnp.ones(t.shape, jnp.float32)
-        return t, w, {}
+    def cdf(self, state):
+        return self._cdf

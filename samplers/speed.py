@@ -57,6 +57,6 @@ class SpeedSampler(FixedTableSampler):
 
     def sample(self, state, key, x0):
         B = x0.shape[0]
-        t = inverse_cdf(key, self.cdf, B // 2 + 1)
+        t = inverse_cdf(key, self.cdf(state), B // 2 + 1)
         t = jnp.concatenate([t, dual(t, self.m, self.T)])[:B]
         return t, jnp.ones((B,), jnp.float32), {}

@@ -56,9 +56,13 @@ def tiny():
     return tiny_config
 
 
+def main_cmd(*args, config="configs/default.py"):
+    """The command line of main.py with a config file under the repository (and an optional :argument)."""
+    return [sys.executable, os.path.join(ROOT, "main.py"), f"--config={ROOT}/{config}", *args]
+
+
 def run_main(workdir, *args, steps=4, cwd=ROOT):
-    cmd = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={ROOT}/configs/default.py", f"--workdir={workdir}",
-           *tiny_flags(**{"train.num_steps": steps, "train.ckpt_every": 4}), *args]
+    cmd = main_cmd(f"--workdir={workdir}", *tiny_flags(**{"train.num_steps": steps, "train.ckpt_every": 4}), *args)
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=300)
 
 

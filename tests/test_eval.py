@@ -3,17 +3,15 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 import jax
 import numpy as np
 
-from conftest import ROOT, tiny_config, tiny_flags
+from conftest import main_cmd, tiny_config, tiny_flags
 
 
 def eval_cmd(workdir, *extra):
-    return [sys.executable, os.path.join(ROOT, "main.py"), "--mode=eval", f"--config={ROOT}/configs/default.py",
-            f"--workdir={workdir}", *tiny_flags(), *extra]
+    return main_cmd("--mode=eval", f"--workdir={workdir}", *tiny_flags(), *extra)
 
 
 def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finished_run):

@@ -70,13 +70,11 @@ def test_unwritable_workdir(tmp_path):
 
 def test_compile_mode_reports_memory_and_flops_without_training(tmp_path):
     import subprocess
-    import sys
 
-    from conftest import ROOT, tiny_flags
+    from conftest import main_cmd, tiny_flags
 
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), "--mode=compile",
-                        f"--config={ROOT}/configs/default.py", *tiny_flags()], capture_output=True, text=True,
-                       timeout=300, cwd=tmp_path)
+    r = subprocess.run(main_cmd("--mode=compile", *tiny_flags()), capture_output=True, text=True, timeout=300,
+                       cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "adaptive sampler, batch 16" in r.stdout and "8 cpu device(s)" in r.stdout
     mem = re.search(r"arguments ([\d.]+) MiB, outputs ([\d.]+) MiB .* temporaries ([\d.]+) MiB", r.stdout)

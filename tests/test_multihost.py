@@ -4,11 +4,10 @@ import json
 import os
 import socket
 import subprocess
-import sys
 
 import numpy as np
 
-from conftest import ROOT, restore_checkpoint, tiny_flags
+from conftest import main_cmd, restore_checkpoint, tiny_flags
 
 
 def free_port():
@@ -27,9 +26,8 @@ def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path, fini
         + ["--xla_force_host_platform_device_count=4"]))
     flags = tiny_flags(**{"train.num_steps": 4, "train.ckpt_every": 4})  # as the one-process run of finished_run
     procs = [subprocess.Popen(
-        [sys.executable, os.path.join(ROOT, "main.py"), f"--config={ROOT}/configs/default.py", f"--workdir={wd}",
-         *flags, "--distributed", f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
-         f"--process_id={i}"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
+        main_cmd(f"--workdir={wd}", *flags, "--distributed", f"--coordinator_address=127.0.0.1:{port}",
+                 "--num_processes=2", f"--process_id={i}"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(2)]
     outs = [p.communicate(timeout=400) for p in procs]
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]

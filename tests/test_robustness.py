@@ -5,29 +5,27 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 import pytest
 
-from conftest import ROOT, restore_checkpoint, tiny_flags
+from conftest import main_cmd, restore_checkpoint, tiny_flags
 
 STEPS_FOREVER = 100_000
 
 
-def main_cmd(workdir, *args, steps=4, **over):
+def tiny_cmd(workdir, *args, steps=4, **over):
     flags = tiny_flags(**{"train.num_steps": steps, "train.ckpt_every": 1000, "train.log_every": 2, **over})
-    return [sys.executable, os.path.join(ROOT, "main.py"), f"--config={ROOT}/configs/default.py",
-            f"--workdir={workdir}", *flags, *args]
+    return main_cmd(f"--workdir={workdir}", *flags, *args)
 
 
 def run(workdir, *args, **kw):
-    return subprocess.run(main_cmd(workdir, *args, **kw), capture_output=True, text=True, timeout=300)
+    return subprocess.run(tiny_cmd(workdir, *args, **kw), capture_output=True, text=True, timeout=300)
 
 
 def start(workdir, *args, **kw):
-    return subprocess.Popen(main_cmd(workdir, *args, **kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(tiny_cmd(workdir, *args, **kw), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def wait_for(pred, proc, timeout=240):
@@ -119,8 +117,7 @@ def test_divergence_stops_keeps_the_last_good_checkpoint_and_resumes_with_a_lowe
     ("--config.train.learning_rate=0.1", "did you mean config.train.lr?"),
 ])
 def test_an_unknown_override_is_one_line_with_the_nearest_field(tmp_path, flag, suggestion):
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), f"--config={ROOT}/configs/default.py",
-                        f"--workdir={tmp_path}/w", flag], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(main_cmd(f"--workdir={tmp_path}/w", flag), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "is not a config field" in err[0] and suggestion in err[0], r.stderr[-2000:]
@@ -138,8 +135,8 @@ def test_checkpoint_of_a_different_model_is_a_clear_error(tmp_path, finished_run
 
 
 def test_a_bad_config_variant_is_one_line(tmp_path):
-    r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), f"--config={ROOT}/configs/cifar10.py:linear,p3",
-                        f"--workdir={tmp_path}/w"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(main_cmd(f"--workdir={tmp_path}/w", config="configs/cifar10.py:linear,p3"),
+                       capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "'linear,p3' is not a variant" in err[0] and "adaptive+min_snr" in err[0], r.stderr

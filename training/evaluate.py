@@ -48,9 +48,9 @@ def bound_bpd(setup, params, images_u8, key):
     apply = make_apply(setup.model.clone(dtype=jnp.float32))
     # as few equal batches of at most eval.batch_size as cover N (one compiled shape, little padding), each a
     # multiple of the device count
+    ceil_div = lambda a, b: -(-a // b)
     N, n_dev = len(images_u8), setup.mesh.shape["data"]
-    n_batches = -(-N // c.eval.batch_size)
-    B = -(-(-(-N // n_batches)) // n_dev) * n_dev
+    B = ceil_div(ceil_div(N, ceil_div(N, c.eval.batch_size)), n_dev) * n_dev
 
     @jax.jit
     def batch_nll(params, x_u8, key):
