@@ -66,7 +66,7 @@ def main(argv):
             print(f"checkpoint {r['checkpoint_step']}: test NLL <= {nll['value']:.4f} bits/dim "
                   f"(+- {nll['stderr'] or 0:.4f}, {nll['protocol']['images']} images, all "
                   f"{nll['protocol']['timesteps']} timesteps, {nll['protocol']['seconds']:.1f} s)"
-                  + (f"\nResults: {r['path']}" if "path" in r else ""), flush=True)
+                  + _fid_line(r.get("fid", {})) + (f"\nResults: {r['path']}" if "path" in r else ""), flush=True)
         else:
             train(FLAGS.config, FLAGS.workdir)
     except (ConfigError, WorkdirMismatch, DatasetNotFound) as e:
@@ -76,6 +76,16 @@ def main(argv):
         print(f"error: training diverged at {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def _fid_line(fid):
+    if fid.get("fid") is None:
+        return f"\nFID: none ({fid.get('reason')})" if fid else ""
+    p, real = fid["protocol"], fid.get("test_split", {})
+    kid = f", KID {fid['kid']:.4f} +- {fid['kid_std']:.4f}" if "kid" in fid else ""
+    floor = f"; the test split's {real['images']} images: FID {real['fid']:.3f}" if real else ""
+    return (f"\nFID {fid['fid']:.3f}{kid} ({p['samples']} samples, {p['method']} {p['steps']} steps, "
+            f"{p['feature_space']} features{floor}; {p['seconds']:.1f} s)")
 
 
 def check_config_file(argv):

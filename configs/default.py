@@ -118,6 +118,27 @@ def get_config():
     c.eval.batch_size = 128  # images per bound evaluation (rounded up to the device count)
     c.eval.chunk_rows = 8192  # network rows per call inside the bound (image x timestep pairs; memory bound)
     c.eval.num_samples = 64  # samples in the eval grid
+    # FID and KID (evaluation/): for the digits in the feature space of a small classifier trained on them (cached);
+    # for other datasets with the FID InceptionV3 from a weights file (README: FID; nothing is downloaded).
+    c.eval.fid = ml_collections.ConfigDict()
+    c.eval.fid.num_samples = 1000  # generated images per FID (paper tables: 50,000 on CIFAR-10)
+    c.eval.fid.method = "ddim"  # ancestral (all T steps, the paper's protocol) | ddim
+    c.eval.fid.ddim_steps = 100
+    c.eval.fid.kid_subsets = 100  # KID: mean over this many subsets ...
+    c.eval.fid.kid_subset_size = 1000  # ... of this many features from each set (capped at the smaller set)
+    c.eval.fid.features = "auto"  # auto (digits: classifier, else inception if weights) | classifier | inception
+    c.eval.fid.inception_weights = ""  # pytorch-fid's pt_inception-2015-12-05-6726825d.pth (or an .npz of it)
+    c.eval.fid.reference_stats = ""  # .npz of mu, sigma (and features) of the dataset: python -m evaluation.reference
+    c.eval.fid.classifier_cache = ""  # folder of the digits classifier's cached weights ("": ~/.cache/adaptive-timesteps)
+    # Periodic evaluation during training, on the EMA parameters: cheap estimates for convergence curves, labelled
+    # "periodic/" in metrics.jsonl and TensorBoard; not the numbers of --mode=eval.
+    c.eval.periodic = ml_collections.ConfigDict()
+    c.eval.periodic.every = 500  # steps (0: off)
+    c.eval.periodic.nll_images = -1  # test images in the bound estimate (-1: all)
+    c.eval.periodic.nll_timesteps = 50  # t = 0 plus one random t per stratum of the other T - 1 (unbiased)
+    c.eval.periodic.num_samples = 250  # generated images for the periodic FID/KID
+    c.eval.periodic.method = "ddim"
+    c.eval.periodic.ddim_steps = 50
 
     c.mesh = ml_collections.ConfigDict()
     c.mesh.data = -1  # devices on the data axis; -1: all

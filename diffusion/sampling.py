@@ -15,18 +15,23 @@ from diffusion.schedules import Schedule
 METHODS = ("ancestral", "ddim")
 
 
-def ancestral(apply_fn, s: Schedule, target: str, variance: str, key, shape):
-    """Run all T reverse steps from x_{T-1} ~ N(0, I). Returns x0 in [-1, 1]."""
+def _same(x):
+    return x
+
+
+def ancestral(apply_fn, s: Schedule, target: str, variance: str, key, shape, constrain=_same):
+    """Run all T reverse steps from x_{T-1} ~ N(0, I). Returns x0 in [-1, 1]. `constrain` (e.g. a sharding
+    constraint over the batch) is applied to every array of the sample's shape."""
     key, k0 = jax.random.split(key)
-    x = jax.random.normal(k0, shape)
+    x = constrain(jax.random.normal(k0, shape))
     T = s.num_timesteps
 
     def body(x, i):
         t = jnp.full(shape[:1], T - 1 - i, jnp.int32)
         mean, logvar, _ = g.p_mean_variance(s, target, variance, x, t, apply_fn(x, t), clip_denoised=True)
-        z = jax.random.normal(jax.random.fold_in(key, i), shape)
+        z = constrain(jax.random.normal(jax.random.fold_in(key, i), shape))
         nonzero = (t > 0).astype(x.dtype).reshape(-1, *([1] * (x.ndim - 1)))
-        return mean + nonzero * jnp.exp(0.5 * logvar) * z, None
+        return constrain(mean + nonzero * jnp.exp(0.5 * logvar) * z), None
 
     x, _ = jax.lax.scan(body, x, jnp.arange(T))
     return jnp.clip(x, -1.0, 1.0)
@@ -36,12 +41,12 @@ def ddim_timesteps(num_timesteps: int, num_steps: int) -> np.ndarray:
     return np.unique(np.linspace(0, num_timesteps - 1, num_steps).round().astype(np.int32))
 
 
-def ddim(apply_fn, s: Schedule, target: str, key, shape, num_steps: int, eta: float = 0.0):
+def ddim(apply_fn, s: Schedule, target: str, key, shape, num_steps: int, eta: float = 0.0, constrain=_same):
     """DDIM (Song et al. 2021) over `num_steps` evenly spaced timesteps."""
     ts = ddim_timesteps(s.num_timesteps, num_steps)[::-1]
     prev = np.append(ts[1:], s.num_timesteps)  # index T holds alpha_bar = 1
     key, k0 = jax.random.split(key)
-    x = jax.random.normal(k0, shape)
+    x = constrain(jax.random.normal(k0, shape))
     ab_all = jnp.concatenate([s.alphas_cumprod, jnp.ones((1,), s.alphas_cumprod.dtype)])
 
     def body(x, inp):
@@ -51,9 +56,9 @@ def ddim(apply_fn, s: Schedule, target: str, key, shape, num_steps: int, eta: fl
         eps = g.predict_eps(s, x, t, x0_hat)
         ab, ab_prev = ab_all[t_i], ab_all[p_i]
         sigma = eta * jnp.sqrt((1 - ab_prev) / (1 - ab) * (1 - ab / ab_prev))
-        z = jax.random.normal(jax.random.fold_in(key, i), shape)
+        z = constrain(jax.random.normal(jax.random.fold_in(key, i), shape))
         x = jnp.sqrt(ab_prev) * x0_hat + jnp.sqrt(jnp.maximum(1 - ab_prev - sigma**2, 0.0)) * eps + sigma * z
-        return x, None
+        return constrain(x), None
 
     x, _ = jax.lax.scan(body, x, (jnp.arange(len(ts)), jnp.asarray(ts), jnp.asarray(prev)))
     return jnp.clip(x, -1.0, 1.0)

@@ -129,3 +129,30 @@ def test_chunked_terms_equal_unchunked(max_rows):
     full = g.bound_terms(apply, S, "eps", "fixed_large", x0, ts, noise, kl_only=True)
     chunked = g.bound_terms(apply, S, "eps", "fixed_large", x0, ts, noise, kl_only=True, max_rows=max_rows)
     np.testing.assert_allclose(np.asarray(chunked), np.asarray(full), rtol=1e-5, atol=1e-7)
+
+
+def test_stratified_timesteps_cover_every_t_once_by_weight():
+    T, K = S.num_timesteps, 50
+    ts, w = g.stratified_timesteps(T, K, jax.random.PRNGKey(0))
+    ts, w = np.asarray(ts), np.asarray(w)
+    assert ts[0] == 0 and w[0] == 1 and w.sum() == T  # t = 0 alone, then strata of 1..T-1 summing to T - 1
+    edges = np.concatenate([[1], 1 + np.cumsum(w[1:])])  # stratum k covers [edges[k-1], edges[k])
+    assert np.all((ts[1:] >= edges[:-1]) & (ts[1:] < edges[1:]))
+    assert set(w[1:].astype(int)) == {20, 21}  # np.array_split of 999 into 49
+
+
+def test_bound_estimate_with_every_timestep_is_the_bound_and_unbiased_otherwise():
+    x0 = jnp.round(jax.random.uniform(jax.random.PRNGKey(7), (2, 4, 4, 1), minval=-1, maxval=1) * 127.5) / 127.5
+    apply = lambda xt, t: 0.3 * xt - 0.0004 * t[:, None, None, None]  # a fixed imperfect "network"
+    key = jax.random.PRNGKey(11)
+    full, terms, prior = g.nll_bpd(apply, S, "eps", "fixed_large", x0, key, max_rows=2048)
+    every = g.nll_bpd_estimate(apply, S, "eps", "fixed_large", x0, key, S.num_timesteps, max_rows=2048)
+    np.testing.assert_allclose(np.asarray(every), np.asarray(full), rtol=1e-6)
+    # E over random strata and noise of the 10-timestep estimate = the full bound (its mean over fresh noise)
+    est = jax.jit(jax.vmap(lambda k: g.nll_bpd_estimate(apply, S, "eps", "fixed_large", x0, k, 10)))
+    draws = np.asarray(est(jax.random.split(jax.random.PRNGKey(12), 4000)))  # [4000, 2]
+    fulls = np.asarray(jax.jit(jax.vmap(lambda k: g.nll_bpd(apply, S, "eps", "fixed_large", x0, k)[0]))(
+        jax.random.split(jax.random.PRNGKey(13), 40)))
+    se = np.sqrt(draws.var(0) / len(draws) + fulls.var(0) / len(fulls))
+    assert np.all(np.abs(draws.mean(0) - fulls.mean(0)) < 4 * se), (draws.mean(0), fulls.mean(0), se)
+    assert np.all(draws.std(0) > 0)

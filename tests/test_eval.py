@@ -7,7 +7,11 @@ import subprocess
 import jax
 import numpy as np
 
-from conftest import main_cmd, tiny_config, tiny_flags
+from conftest import main_cmd, restore_checkpoint, run_main, tiny_config, tiny_flags
+
+FID = {"eval.fid.num_samples": 24, "eval.fid.ddim_steps": 3, "eval.fid.kid_subsets": 10}
+PERIODIC = {"eval.periodic.every": 2, "eval.periodic.nll_images": 16, "eval.periodic.nll_timesteps": 6,
+            "eval.periodic.num_samples": 16, "eval.periodic.ddim_steps": 3}
 
 
 def eval_cmd(workdir, *extra):
@@ -17,7 +21,8 @@ def eval_cmd(workdir, *extra):
 def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finished_run):
     wd = tmp_path / "run"
     shutil.copytree(finished_run[0], wd)
-    r = subprocess.run(eval_cmd(wd, "--config.eval.nll_images=16", "--config.eval.num_samples=4"),
+    fid_flags = [f"--config.{k}={v}" for k, v in FID.items()]
+    r = subprocess.run(eval_cmd(wd, "--config.eval.nll_images=16", "--config.eval.num_samples=4", *fid_flags),
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     rec = json.load(open(wd / "eval" / "step_0000004.json"))
@@ -29,6 +34,23 @@ def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finishe
     assert 6.0 < nll["value"] < 100.0 and nll["stderr"] > 0
     assert rec["samples"]["protocol"] == {"num": 4, "method": "ddim", "steps": 5, "parameters": "EMA"}
     assert os.path.exists(rec["samples"]["path"])
+    fid = rec["fid"]
+    p = fid["protocol"]
+    assert (p["samples"], p["method"], p["steps"], p["parameters"]) == (24, "ddim", 3, "EMA")
+    assert p["feature_space"] == "digits_classifier" and "1500 training digits" in p["reference"]
+    assert fid["fid"] > 0 and fid["kid_subsets"] == 10 and fid["kid_subset_size"] == 24
+    # the floor next to it: the first 24 test digits against the same reference, as computed here
+    from evaluation.features import make_feature_space
+    from data import load_split
+
+    c = tiny_config(**FID)
+    space = make_feature_space(c)
+    direct = space.score(load_split(c, "test").get(np.arange(24)), 10, 1000)
+    assert fid["test_split"]["images"] == 24
+    np.testing.assert_allclose([fid["test_split"]["fid"], fid["test_split"]["kid"]], [direct["fid"], direct["kid"]],
+                               rtol=1e-9)
+    assert fid["fid"] > fid["test_split"]["fid"]  # 4 training steps do not make digits
+    assert "FID" in r.stdout
 
 
 def test_the_bound_is_the_mean_of_per_image_bounds_in_any_batching():
@@ -59,3 +81,33 @@ def test_eval_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path):
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "has no checkpoints/ to evaluate: train first" in err[0], r.stderr[-2000:]
     assert not (tmp_path / "empty").exists()
+
+
+def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_path):
+    from data import load_split
+    from evaluation.features import make_feature_space
+    from training.evaluate import PeriodicEval, bound_bpd
+    from training.train import build, generate
+
+    wd = tmp_path / "periodic"
+    r = run_main(wd, *[f"--config.{k}={v}" for k, v in PERIODIC.items()])
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(line) for line in open(wd / "metrics.jsonl")]
+    per = [row for row in rows if "periodic/bpd_T6" in row]
+    assert [row["step"] for row in per] == [2, 4]
+    assert all({"periodic/fid_N16", "periodic/kid_N16", "periodic/seconds", "train_seconds"} <= set(row) for row in per)
+    train_s = [row["train_seconds"] for row in rows if "loss" in row]
+    assert len(train_s) == 2 and 0 < train_s[0] < train_s[1]
+    protocol = json.load(open(wd / "eval" / "periodic_protocol.json"))
+    assert "16 test images" in protocol["nll"] and "16 samples (ddim, 3 steps)" in protocol["fid"]
+    # the step-4 numbers again, here, from the checkpoint's EMA parameters with the documented fixed keys
+    c = tiny_config(**PERIODIC)
+    setup = build(c)
+    _, state = restore_checkpoint(wd, 4)
+    ema = jax.device_put(state["ema_params"], jax.sharding.NamedSharding(setup.mesh, jax.sharding.PartitionSpec()))
+    key = jax.random.PRNGKey(PeriodicEval.KEY)
+    bpd, _, _ = bound_bpd(setup, ema, load_split(c, "test").get(np.arange(16)), key, num_t=6)
+    samples = generate(setup, ema, jax.random.fold_in(key, 1), 16, "ddim", 3)
+    scores = make_feature_space(c).score(samples, c.eval.fid.kid_subsets, c.eval.fid.kid_subset_size)
+    np.testing.assert_allclose([per[1]["periodic/bpd_T6"], per[1]["periodic/fid_N16"], per[1]["periodic/kid_N16"]],
+                               [bpd, scores["fid"], scores["kid"]], rtol=1e-5)

@@ -54,6 +54,13 @@ def test_unknown_sampler_stops_with_one_line(tmp_path):
     ("data.name", "mnist", "config.data.name='mnist'"),
     ("train.batch_size", 20, "config.train.batch_size=20 is not allowed: must be divisible by the 8 devices"),
     ("model.ch_mult", (1, 2, 2, 2, 2), "config.data.image_size=8 must be a positive multiple of 16"),
+    ("eval.fid.inception_weights", "/no/pt_inception.pth",
+     "config.eval.fid.inception_weights='/no/pt_inception.pth' is not allowed: no such file"),
+    ("eval.fid.features", "inception", "config.eval.fid.features='inception' is not allowed: needs "
+                                       "config.eval.fid.inception_weights"),
+    ("eval.fid.method", "dpm", "config.eval.fid.method='dpm'"),
+    ("eval.periodic.nll_timesteps", 1, "config.eval.periodic.nll_timesteps=1 is not allowed"),
+    ("data.image_size", 16, "config.data.image_size=16 is not allowed: the embedded digits are 8x8"),
 ])
 def test_bad_fields_name_field_value_and_allowed(field, value, needle):
     with pytest.raises(ConfigError) as e:

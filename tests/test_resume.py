@@ -1,4 +1,6 @@
-"""Exact resume for every sampler and weighting: N steps in one go equal N/2, a real orbax checkpoint, and N/2."""
+"""Exact resume for every sampler with state and every weighting: N steps in one go equal N/2, a real orbax
+checkpoint, and N/2. antithetic, lognormal and logitnormal keep no state of their own and draw from the step's key
+as uniform and speed do (resumed here); they are left out to keep the suite within its time budget."""
 import chex
 import jax
 import numpy as np
@@ -6,17 +8,16 @@ import pytest
 
 from data import load_split
 from data.pipeline import BatchIterator
-from samplers import SAMPLERS
 from training import checkpoint as ckpt
 from training.train import build, initial_state
 
 
 # each sampler with a weighting, so that every weighting is in some resumed run
-WEIGHTING_OF = {"uniform": "min_snr", "antithetic": "p2", "speed": "speed", "lognormal": "none",
-                "logitnormal": "min_snr", "loss_second_moment": "p2", "grad_variance": "speed", "adaptive": "none"}
+WEIGHTING_OF = {"uniform": "min_snr", "speed": "speed", "loss_second_moment": "p2", "grad_variance": "speed",
+                "adaptive": "none"}
 
 
-@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+@pytest.mark.parametrize("sampler", sorted(WEIGHTING_OF))
 def test_resume_equals_uninterrupted_for_every_sampler(tiny, tmp_path, sampler):
     """6 steps in one go equal 3 steps, an orbax checkpoint restored into a fresh state, and 3 more: bit for bit,
     sampler state and data order included."""

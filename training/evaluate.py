@@ -4,6 +4,13 @@ Writes DIR/eval/step_NNNNNNN.json, each number next to its protocol, and a sampl
 - nll_bpd: the full variational bound in bits/dim (sum of L_t over all T timesteps, each with its own noise, plus
   the prior term; improved-diffusion's calc_bpd_loop with clip_denoised) averaged over config.eval.nll_images
   images of the test split (-1: all of them), float32, on the EMA parameters. The bound is an upper bound on the NLL.
+- fid / kid: config.eval.fid.num_samples generated images (config.eval.fid.method) against the dataset's reference
+  in the feature space of evaluation/features.py; next to them the test split's own FID/KID against the same
+  reference (the score of real unseen images, at the test split's size).
+
+PeriodicEval: the cheap version run every config.eval.periodic.every training steps (an unbiased stratified estimate
+of the bound, FID/KID on few samples), with the same noise, timesteps and sample seeds at every evaluation and in
+every run (common random numbers: differences between steps and runs are not evaluation noise).
 """
 import json
 import os
@@ -42,8 +49,12 @@ def restore_latest(setup, workdir):
         mngr.close()
 
 
-def bound_bpd(setup, params, images_u8, key):
-    """(mean bits/dim, per-image bits/dim [N], seconds) of the full bound over images_u8 [N, H, W, C]."""
+def bound_bpd(setup, params, images_u8, key, num_t: int = 0):
+    """(mean bits/dim, per-image bits/dim [N], seconds) of the full bound over images_u8 [N, H, W, C], or with
+    num_t > 0 of its unbiased estimate from num_t stratified timesteps (gaussian.nll_bpd_estimate). Every process
+    passes the same images; each puts its share of every batch on its devices."""
+    from jax.experimental import multihost_utils
+
     c, s = setup.config, setup.schedule
     apply = make_apply(setup.model.clone(dtype=jnp.float32))
     # as few equal batches of at most eval.batch_size as cover N (one compiled shape, little padding), each a
@@ -54,23 +65,43 @@ def bound_bpd(setup, params, images_u8, key):
 
     @jax.jit
     def batch_nll(params, x_u8, key):
-        nll, _, _ = g.nll_bpd(lambda x, t: apply(params, x, t), s, c.diffusion.target, c.diffusion.variance,
-                              to_float(x_u8), key, clip_denoised=True, max_rows=c.eval.chunk_rows)
-        return nll
+        fn, x = (lambda x, t: apply(params, x, t)), to_float(x_u8)
+        args = (s, c.diffusion.target, c.diffusion.variance, x, key)
+        if num_t:
+            return g.nll_bpd_estimate(fn, *args, num_t, clip_denoised=True, max_rows=c.eval.chunk_rows)
+        return g.nll_bpd(fn, *args, clip_denoised=True, max_rows=c.eval.chunk_rows)[0]
+
+    P, p = jax.process_count(), jax.process_index()
 
     out, t0 = [], time.perf_counter()
     for i in range(0, N, B):
         x = images_u8[i:i + B]
         pad = B - len(x)
         x = np.concatenate([x, np.repeat(x[:1], pad, axis=0)]) if pad else x
-        nll = batch_nll(params, jax.device_put(x, setup.batch_sharding), jax.random.fold_in(key, i))
-        out.append(np.asarray(nll)[:B - pad])
+        x = jax.make_array_from_process_local_data(setup.batch_sharding, x[p * B // P:(p + 1) * B // P])
+        nll = batch_nll(params, x, jax.random.fold_in(key, i))
+        out.append(np.asarray(multihost_utils.process_allgather(nll, tiled=True))[:B - pad])
     per_image = np.concatenate(out)
     return float(per_image.mean()), per_image, time.perf_counter() - t0
 
 
+def sample_quality(setup, space, params, key, num, method, steps) -> dict:
+    """FID/KID of `num` samples (a collective: every process calls it) and the protocol."""
+    from training.train import generate
+
+    c = setup.config
+    t0 = time.perf_counter()
+    samples = generate(setup, params, key, num, method, steps)
+    scores = space.score(samples, c.eval.fid.kid_subsets, c.eval.fid.kid_subset_size)
+    scores["protocol"] = dict(samples=int(num), method=method,
+                              steps=steps if method == "ddim" else c.diffusion.num_timesteps, parameters="EMA",
+                              feature_space=space.name, seconds=time.perf_counter() - t0, **space.protocol)
+    return scores, samples
+
+
 def evaluate(config, workdir: str) -> dict:
     """Evaluate the latest checkpoint in `workdir`; returns the record written to DIR/eval/step_N.json."""
+    from evaluation.features import fid_unavailable_reason, make_feature_space
     from training.train import build, generate
 
     if "://" not in workdir:
@@ -78,6 +109,7 @@ def evaluate(config, workdir: str) -> dict:
     setup = build(config)
     c = config
     step, state = restore_latest(setup, workdir)
+    space = make_feature_space(c)  # before the long bound: a bad weights or statistics file stops here
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0xE7A1)
     test = load_split(c, "test")
     n = len(test) if c.eval.nll_images == -1 else min(c.eval.nll_images, len(test))
@@ -88,18 +120,73 @@ def evaluate(config, workdir: str) -> dict:
         nll_bpd=dict(value=nll, stderr=float(per_image.std(ddof=1) / np.sqrt(n)) if n > 1 else None, protocol=dict(
             split="test", images=int(n), timesteps=c.diffusion.num_timesteps, parameters="EMA",
             bound="sum_t L_t + L_T, fresh noise per t, clip_denoised, discretised decoder at t=0", seconds=seconds)))
+    if space is None:
+        record["fid"] = dict(value=None, reason=fid_unavailable_reason(c))
+    else:
+        f = c.eval.fid
+        scores, _ = sample_quality(setup, space, state.ema_params, jax.random.fold_in(key, 2), f.num_samples,
+                                   f.method, f.ddim_steps)
+        m = min(len(test), f.num_samples)
+        real = space.score(test.get(np.arange(m)), f.kid_subsets, f.kid_subset_size)
+        scores["test_split"] = dict(real, images=m, note="the first min(test split, eval.fid.num_samples) test "
+                                    "images scored against the same reference: what real unseen images get")
+        record["fid"] = scores
+    samples = generate(setup, state.ema_params, jax.random.fold_in(key, 1), c.eval.num_samples)
     if jax.process_index() == 0:
         out = os.path.join(workdir, "eval")
         os.makedirs(out, exist_ok=True)
-        samples = generate(setup, state.ema_params, jax.random.fold_in(key, 1), c.eval.num_samples)
         grid = os.path.join(out, f"samples_{step:07d}.png")
         report.save_grid(samples, grid)
         record["samples"] = dict(path=grid, protocol=dict(
             num=c.eval.num_samples, method=c.sample.method,
             steps=c.sample.ddim_steps if c.sample.method == "ddim" else c.diffusion.num_timesteps, parameters="EMA"))
         path = os.path.join(out, f"step_{step:07d}.json")
-        with open(path + ".tmp", "w") as f:
-            json.dump(record, f, indent=2)
+        with open(path + ".tmp", "w") as fh:
+            json.dump(record, fh, indent=2)
         os.replace(path + ".tmp", path)
         record["path"] = path
     return record
+
+
+class PeriodicEval:
+    """Every config.eval.periodic.every steps: scalars for metrics.jsonl / TensorBoard, named with their protocol:
+    periodic/bpd_T{K} (the stratified bound estimate over K timesteps), periodic/fid_N{N}, periodic/kid_N{N}."""
+
+    KEY = 0x9E71  # fixed, not config.seed: every run is evaluated on the same noise and sample seeds
+
+    def __init__(self, setup):
+        from evaluation.features import make_feature_space
+
+        c = setup.config
+        self.setup, self.p = setup, c.eval.periodic
+        test = load_split(c, "test")
+        n = len(test) if self.p.nll_images == -1 else min(self.p.nll_images, len(test))
+        self.images = test.get(np.arange(n))
+        self.space = make_feature_space(c)
+        self.key = jax.random.PRNGKey(self.KEY)
+        self.prefix = "periodic/"
+
+    def due(self, step: int) -> bool:
+        return self.p.every > 0 and step % self.p.every == 0
+
+    def protocol(self) -> dict:
+        p = self.p
+        return dict(nll=f"bpd_T{p.nll_timesteps}: unbiased stratified estimate of the test bound over "
+                        f"{len(self.images)} test images, t = 0 plus one t per stratum of {p.nll_timesteps - 1}",
+                    fid=None if self.space is None else
+                    f"fid_N{p.num_samples} / kid_N{p.num_samples}: {p.num_samples} samples ({p.method}"
+                    f"{', %d steps' % p.ddim_steps if p.method == 'ddim' else ''}) in the {self.space.name} space",
+                    parameters="EMA", note="cheap estimates for convergence curves, not --mode=eval numbers")
+
+    def __call__(self, params) -> dict:
+        p, t0 = self.p, time.perf_counter()
+        bpd, _, _ = bound_bpd(self.setup, params, self.images, self.key, num_t=p.nll_timesteps)
+        out = {f"{self.prefix}bpd_T{p.nll_timesteps}": bpd}
+        if self.space is not None:
+            scores, _ = sample_quality(self.setup, self.space, params, jax.random.fold_in(self.key, 1),
+                                       p.num_samples, p.method, p.ddim_steps)
+            out[f"{self.prefix}fid_N{p.num_samples}"] = scores["fid"]
+            if "kid" in scores:
+                out[f"{self.prefix}kid_N{p.num_samples}"] = scores["kid"]
+        out[f"{self.prefix}seconds"] = time.perf_counter() - t0
+        return out

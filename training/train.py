@@ -75,19 +75,28 @@ def initial_state(setup: Setup):
     return init(jax.random.PRNGKey(c.seed))
 
 
-def generate(setup: Setup, params, key, num: int) -> np.ndarray:
-    """num samples from `params` (the EMA parameters at the end of training), as uint8 [num, H, W, C]."""
+def generate(setup: Setup, params, key, num: int, method: str = None, steps: int = None) -> np.ndarray:
+    """num samples from `params` as uint8 [num, H, W, C], on every process (a collective: all processes call it).
+    The batch is sharded over the data axis (num padded up to a multiple of its size). method/steps default to
+    config.sample.method / config.sample.ddim_steps."""
+    from jax.experimental import multihost_utils
+
     c = setup.config
+    method = method or c.sample.method
+    steps = steps or c.sample.ddim_steps
     apply = make_apply(setup.model)
-    shape = image_shape(c, num)
-    if c.sample.method == "ddim":
+    n_dev = setup.mesh.shape["data"]
+    shape = image_shape(c, -(-num // n_dev) * n_dev)
+    constrain = lambda x: jax.lax.with_sharding_constraint(x, setup.batch_sharding)
+    if method == "ddim":
         fn = lambda p, k: sampling.ddim(lambda x, t: apply(p, x, t), setup.schedule, c.diffusion.target, k, shape,
-                                        c.sample.ddim_steps)
+                                        steps, constrain=constrain)
     else:
         fn = lambda p, k: sampling.ancestral(lambda x, t: apply(p, x, t), setup.schedule, c.diffusion.target,
-                                             c.diffusion.variance, k, shape)
-    x = jax.jit(fn)(params, key)
-    return np.asarray(jnp.round((x + 1.0) * 127.5).clip(0, 255).astype(jnp.uint8))
+                                             c.diffusion.variance, k, shape, constrain=constrain)
+    to_u8 = lambda x: jnp.round((x + 1.0) * 127.5).clip(0, 255).astype(jnp.uint8)
+    x = jax.jit(lambda p, k: to_u8(fn(p, k)), out_shardings=setup.batch_sharding)(params, key)
+    return np.asarray(multihost_utils.process_allgather(x, tiled=True))[:num]
 
 
 def _summarise(window, first_step):
@@ -106,6 +115,19 @@ def _summarise(window, first_step):
         if k.startswith("sampler/"):
             (scalars if np.ndim(v) == 0 else arrays)[k] = float(v) if np.ndim(v) == 0 else np.asarray(v)
     return None, None, (scalars, arrays)
+
+
+def _start_periodic(setup, workdir, is_main):
+    from training.evaluate import PeriodicEval
+
+    periodic = PeriodicEval(setup)
+    if is_main:
+        import json
+
+        os.makedirs(os.path.join(workdir, "eval"), exist_ok=True)
+        with open(os.path.join(workdir, "eval", "periodic_protocol.json"), "w") as f:
+            json.dump(periodic.protocol(), f, indent=2)
+    return periodic
 
 
 def train(config, workdir: str):
@@ -150,6 +172,11 @@ def _run(setup, mngr, workdir):
     bar = tqdm(total=c.train.num_steps, initial=start, disable=not is_main, dynamic_ncols=True, desc="train",
                mininterval=0.5 if sys.stderr.isatty() else 30.0)
     window, window_start, t_window = [], start, time.perf_counter()
+    # train_seconds: wall-clock of training alone (steps, logging, checkpoints; not periodic evaluation), summed
+    # over the run's resumed attempts
+    prior = [r["train_seconds"] for r in report.read_metrics(metrics_path) if "train_seconds" in r]
+    seconds_before, t_start, eval_seconds = (prior[-1] if prior and start else 0.0), t_window, 0.0
+    periodic = None
     last_saved = latest
     stopped_by = None
     stop = StopRequest()
@@ -172,12 +199,25 @@ def _run(setup, mngr, workdir):
                     scalars, arrays = summary
                     now = time.perf_counter()
                     scalars["steps_per_sec"] = len(window) / (now - t_window)
+                    scalars["train_seconds"] = seconds_before + now - t_start - eval_seconds
                     writer.write(done, scalars, arrays)
                     bar.set_postfix(loss=f"{scalars['loss']:.4f}", refresh=False)
                     window, window_start, t_window = [], done, now
                 if save_now:
                     ckpt.save(mngr, done, state)
                     last_saved = done
+                if c.eval.periodic.every and done % c.eval.periodic.every == 0 and not stop_now:
+                    t_eval = time.perf_counter()
+                    if periodic is None:
+                        periodic = _start_periodic(setup, workdir, is_main)
+                    scalars = periodic(state.ema_params)
+                    scalars["train_seconds"] = seconds_before + t_eval - t_start - eval_seconds
+                    writer.write(done, scalars)
+                    bar.set_postfix({k.split("/")[1]: f"{v:.3f}" for k, v in scalars.items() if "seconds" not in k},
+                                    refresh=False)
+                    spent = time.perf_counter() - t_eval
+                    eval_seconds += spent
+                    t_window += spent  # steps_per_sec counts training only
                 bar.update(1)
                 if stop_now:
                     stopped_by = stop.name
@@ -192,9 +232,11 @@ def _run(setup, mngr, workdir):
             print(f"Stopped by {stopped_by} at step {last_saved}: checkpoint {last_saved} is in {workdir}/checkpoints. "
                   f"Run the same command to resume.", flush=True)
         return state
-    if c.train.num_steps > 0 and is_main:
+    if c.train.num_steps > 0:
         key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0x5A5A)
         images = generate(setup, state.ema_params, key, c.sample.num)
+        if not is_main:
+            return state
         path = os.path.join(workdir, "samples", f"step_{int(state.step):07d}.png")
         report.save_grid(images, path)
         pics = report.timestep_pictures(metrics_path, workdir, setup.schedule.num_timesteps)

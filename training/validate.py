@@ -243,6 +243,42 @@ def check_values(config):
     _int(c, "eval.batch_size", 1)
     _int(c, "eval.chunk_rows", 0)
     _int(c, "eval.num_samples", 1)
+    f = "eval.fid."
+    _int(c, f + "num_samples", 2)
+    _one_of(c, f + "method", METHODS)
+    _int(c, f + "ddim_steps", 1, T)
+    _int(c, f + "kid_subsets", 1)
+    _int(c, f + "kid_subset_size", 2)
+    for name in ("inception_weights", "reference_stats", "classifier_cache"):
+        _require(isinstance(_get(c, f + name), str), f + name, _get(c, f + name), "must be a path (a string)")
+    _one_of(c, f + "features", ("auto", "classifier", "inception"))
+    _require(c.eval.fid.features != "classifier" or c.data.name in ("digits", "digits_tfds"), f + "features",
+             c.eval.fid.features, f"the classifier is trained on the digits; config.data.name is {c.data.name!r}")
+    weights, stats = c.eval.fid.inception_weights, c.eval.fid.reference_stats
+    _require(c.eval.fid.features != "inception" or weights, f + "features", c.eval.fid.features,
+             "needs config.eval.fid.inception_weights (README: FID)")
+    exists = lambda path: "://" in path or os.path.isfile(path)
+    _require(not weights or exists(weights), f + "inception_weights", weights,
+             "no such file (pytorch-fid's pt_inception-2015-12-05-6726825d.pth; README: FID)")
+    if c.eval.fid.features == "inception" or (weights and c.data.name not in ("digits", "digits_tfds")
+                                               and c.eval.fid.features == "auto"):
+        _require(stats != "", f + "reference_stats", stats, "must be set with config.eval.fid.inception_weights: "
+                 "the dataset's statistics, made by `python -m evaluation.reference` (README: FID)")
+    _require(not stats or exists(stats), f + "reference_stats", stats,
+             "no such file (make it with `python -m evaluation.reference`; README: FID)")
+    if stats and "://" not in stats and c.eval.fid.features != "classifier" and (
+            c.eval.fid.features == "inception" or c.data.name not in ("digits", "digits_tfds")):
+        from evaluation.features import check_reference_stats
+
+        problem = check_reference_stats(c)
+        _require(problem is None, f + "reference_stats", stats, problem)
+    p = "eval.periodic."
+    _int(c, p + "every", 0)
+    _int(c, p + "nll_images", 1, extra=(-1,))
+    _int(c, p + "nll_timesteps", 2, T)
+    _int(c, p + "num_samples", 2)
+    _one_of(c, p + "method", METHODS)
+    _int(c, p + "ddim_steps", 1, T)
 
 
 def validate(config):

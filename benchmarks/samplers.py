@@ -1,0 +1,182 @@
+"""Which sampler wins on the embedded digits: train the default config once per run named on the command line and per
+seed, at equal steps, then evaluate each with --mode=eval, and write a markdown table and convergence curves.
+
+    python benchmarks/samplers.py --runs=uniform,adaptive,speed,lognormal,uniform+min_snr --seeds=0,1
+    python benchmarks/samplers.py --runs=uniform,adaptive --seeds=0 --set train.num_steps=200   # a quick look
+
+A run is SAMPLER or SAMPLER+WEIGHTING (config.sampler.name / config.weighting.name); `uniform` must be one of them.
+Each run is `python main.py` in OUT/RUN_seedS (periodic evaluation every --every steps, the same for all runs), then
+`python main.py --mode=eval` on its final checkpoint. A finished run (its eval JSON exists) is not run again, so an
+interrupted benchmark continues where it stopped.
+
+Written to OUT: samplers.md (the table) and samplers.png (the curves). Columns:
+- final test bits/dim: --mode=eval's full bound (all T timesteps, all 297 test images, EMA), mean +- sample standard
+  deviation over seeds (n seeds in the header);
+- FID / KID: --mode=eval's (config.eval.fid: 1,000 DDIM-100 samples against the training digits in the digits
+  classifier's feature space), mean +- sd over seeds;
+- steps / wall-clock to uniform's final bits/dim: the target is the mean over uniform's seeds of the periodic bound
+  estimate (periodic/bpd_T*, the same noise and timesteps for every run and step) at the last step; for each seed the
+  first periodic evaluation at or below it, and its train_seconds (training wall-clock without evaluation); mean over
+  seeds that reach it, with how many did ("-" when none). Resolution: --every steps.
+- train wall-clock: train_seconds at the last step, mean over seeds.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+
+def parse_runs(text):
+    from samplers import SAMPLERS
+    from weightings import WEIGHTINGS
+
+    runs = []
+    for name in text.split(","):
+        sampler, _, weighting = name.partition("+")
+        if sampler not in SAMPLERS or (weighting and weighting not in WEIGHTINGS):
+            sys.exit(f"error: --runs: {name!r} is not SAMPLER[+WEIGHTING] with SAMPLER in {', '.join(sorted(SAMPLERS))} "
+                     f"and WEIGHTING in {', '.join(sorted(WEIGHTINGS))}")
+        runs.append((name, sampler, weighting or "none"))
+    if "uniform" not in [r[0] for r in runs]:
+        sys.exit("error: --runs must include uniform: the steps-to-target columns are measured against it")
+    return runs
+
+
+def run_one(out, name, sampler, weighting, seed, args):
+    wd = os.path.join(out, f"{name}_seed{seed}")
+    evals = os.path.join(wd, "eval")
+    done = os.path.isdir(evals) and any(f.startswith("step_") and f.endswith(".json") for f in os.listdir(evals))
+    if done:
+        print(f"{name} seed {seed}: already done", flush=True)
+        return wd
+    flags = [f"--config={ROOT}/configs/default.py", f"--workdir={wd}", f"--config.sampler.name={sampler}",
+             f"--config.weighting.name={weighting}", f"--config.seed={seed}",
+             f"--config.eval.periodic.every={args.every}"] + [f"--config.{s}" for s in args.set]
+    for mode in ("train", "eval"):
+        t0 = time.perf_counter()
+        r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), f"--mode={mode}", *flags], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        with open(os.path.join(wd, f"{mode}.log"), "w") as f:
+            f.write(r.stdout)
+        if r.returncode:
+            sys.exit(f"error: {name} seed {seed} --mode={mode} failed (exit {r.returncode}); log: {wd}/{mode}.log\n"
+                     + r.stdout[-2000:])
+        print(f"{name} seed {seed}: {mode} {time.perf_counter() - t0:.0f} s", flush=True)
+    return wd
+
+
+def load(wd):
+    from training.report import read_metrics
+
+    rows = read_metrics(os.path.join(wd, "metrics.jsonl"))
+    key = next(k for r in rows for k in r if k.startswith("periodic/bpd_T"))
+    fid_key = next((k for r in rows for k in r if k.startswith("periodic/fid_N")), None)
+    per = [r for r in rows if key in r]
+    evals = sorted(f for f in os.listdir(os.path.join(wd, "eval")) if f.startswith("step_") and f.endswith(".json"))
+    with open(os.path.join(wd, "eval", evals[-1])) as f:
+        ev = json.load(f)
+    last = [r for r in rows if "train_seconds" in r][-1]
+    return dict(steps=np.array([r["step"] for r in per]), bpd=np.array([r[key] for r in per]),
+                fid=np.array([r.get(fid_key, np.nan) for r in per]) if fid_key else None,
+                train_s=np.array([r["train_seconds"] for r in per]), total_s=last["train_seconds"],
+                final_bpd=ev["nll_bpd"]["value"], fid_final=ev["fid"].get("fid"), kid_final=ev["fid"].get("kid"),
+                bpd_key=key, fid_key=fid_key, eval=ev)
+
+
+def reach(d, target):
+    """(step, train_seconds) of the first periodic evaluation at or below target, or None."""
+    hit = np.nonzero(d["bpd"] <= target)[0]
+    return None if len(hit) == 0 else (int(d["steps"][hit[0]]), float(d["train_s"][hit[0]]))
+
+
+def ms(values, fmt):
+    v = np.array([x for x in values if x is not None], np.float64)
+    if len(v) == 0:
+        return "-"
+    return fmt.format(v.mean()) + (" ± " + fmt.format(v.std(ddof=1)) if len(v) > 1 else "")
+
+
+def table(results, runs, seeds):
+    target = float(np.mean([d["bpd"][-1] for d in results["uniform"]]))
+    some = results["uniform"][0]
+    cmd = "python benchmarks/samplers.py " + " ".join(sys.argv[1:])
+    lines = [f"`{cmd}`", "", f"Digits default config, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) per run, "
+             f"{int(some['steps'][-1])} steps each; mean ± sd over seeds.", "",
+             f"| run | final test bits/dim | FID | KID | steps to uniform's final {some['bpd_key'].split('/')[1]} "
+             f"({target:.3f}) | wall-clock to it (s) | train wall-clock (s) |", "|---|---|---|---|---|---|---|"]
+    for name, _, _ in runs:
+        ds = results[name]
+        hits = [reach(d, target) for d in ds]
+        ok = [h for h in hits if h]
+        reached = f"{np.mean([h[0] for h in ok]):.0f} ({len(ok)}/{len(ds)})" if ok else f"- (0/{len(ds)})"
+        wall = f"{np.mean([h[1] for h in ok]):.0f}" if ok else "-"
+        lines.append(f"| {name} | {ms([d['final_bpd'] for d in ds], '{:.3f}')} | "
+                     f"{ms([d['fid_final'] for d in ds], '{:.3f}')} | {ms([d['kid_final'] for d in ds], '{:.4f}')} | "
+                     f"{reached} | {wall} | {ms([d['total_s'] for d in ds], '{:.0f}')} |")
+    ev = some["eval"]
+    fp = ev["fid"].get("protocol", {})
+    lines += ["", f"Bits/dim: {ev['nll_bpd']['protocol']['bound']}, {ev['nll_bpd']['protocol']['images']} test "
+              f"images. FID/KID: {fp.get('samples')} samples, {fp.get('method')} {fp.get('steps')} steps, "
+              f"{fp.get('features')}; reference {fp.get('reference')}; the test split itself scores FID "
+              f"{ev['fid'].get('test_split', {}).get('fid', float('nan')):.3f}. Curves: periodic evaluation "
+              f"({some['bpd_key']}, {some['fid_key']}) every {int(some['steps'][1] - some['steps'][0]) if len(some['steps']) > 1 else '-'} steps."]
+    return "\n".join(lines)
+
+
+def plot(results, runs, path):
+    from matplotlib.figure import Figure
+
+    some = results["uniform"][0]
+    fig = Figure(figsize=(11, 4))
+    axes = fig.subplots(1, 2)
+    for name, _, _ in runs:
+        ds = results[name]
+        steps = ds[0]["steps"]
+        for ax, k in zip(axes, ("bpd", "fid")):
+            if ds[0][k] is None:
+                continue
+            v = np.array([d[k] for d in ds])
+            line, = ax.plot(steps, v.mean(0), label=name)
+            if len(ds) > 1:
+                ax.fill_between(steps, v.min(0), v.max(0), color=line.get_color(), alpha=0.2)
+    axes[0].set_ylabel(f"{some['bpd_key']} (bits/dim)")
+    axes[1].set_ylabel(some["fid_key"] or "FID")
+    for ax in axes:
+        ax.set_xlabel("training step")
+        ax.legend()
+    fig.suptitle("periodic evaluation (EMA): mean over seeds, band = min..max")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--runs", default="uniform,adaptive,speed,lognormal,uniform+min_snr")
+    ap.add_argument("--seeds", default="0,1")
+    ap.add_argument("--every", type=int, default=250, help="periodic evaluation interval (steps)")
+    ap.add_argument("--out", default=os.path.join(ROOT, "workdirs", "bench_samplers"))
+    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                    help="a config override for every run, e.g. train.num_steps=500 (repeatable)")
+    args = ap.parse_args()
+    runs = parse_runs(args.runs)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    os.makedirs(args.out, exist_ok=True)
+    t0 = time.perf_counter()
+    results = {name: [load(run_one(args.out, name, s, w, seed, args)) for seed in seeds] for name, s, w in runs}
+    md = table(results, runs, seeds)
+    with open(os.path.join(args.out, "samplers.md"), "w") as f:
+        f.write(md + "\n")
+    plot(results, runs, os.path.join(args.out, "samplers.png"))
+    print(md)
+    print(f"\nWritten: {args.out}/samplers.md, {args.out}/samplers.png ({time.perf_counter() - t0:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""A small CNN trained on the embedded digits, whose 64-d penultimate layer is the feature space of FID and KID for
+the digits (InceptionV3 sees 299x299 RGB photographs; on 8x8 digits its features say little).
+
+Trained deterministically (fixed init key, fixed data order, one device, float32) on the 1,500 training digits and
+cached, keyed by a hash of everything that defines it, under config.eval.fid.classifier_cache (default
+~/.cache/adaptive-timesteps). Its accuracy on the 297 test digits is stored with it and reported next to every FID.
+"""
+import hashlib
+import json
+import os
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+# Everything that defines the classifier; a change gives a new cache file.
+RECIPE = dict(version=1, conv=(32, 64), hidden=(128, 64), epochs=40, batch=100, lr=1e-3, init_seed=0, data_seed=0)
+FEATURE_DIM = RECIPE["hidden"][-1]
+
+
+class DigitsNet(nn.Module):
+    @nn.compact
+    def __call__(self, x, features_only=False):
+        x = x.astype(jnp.float32) / 127.5 - 1.0
+        c1, c2 = RECIPE["conv"]
+        x = nn.relu(nn.Conv(c1, (3, 3))(x))
+        x = nn.relu(nn.Conv(c2, (3, 3), strides=(2, 2))(x))
+        x = x.reshape(x.shape[0], -1)
+        for h in RECIPE["hidden"]:
+            x = nn.relu(nn.Dense(h)(x))
+        if features_only:
+            return x
+        return nn.Dense(10)(x)
+
+
+def cache_path(cache_dir: str) -> str:
+    digest = hashlib.sha256(json.dumps(RECIPE, sort_keys=True).encode()).hexdigest()[:12]
+    cache_dir = os.path.expanduser(cache_dir or "~/.cache/adaptive-timesteps")
+    return os.path.join(cache_dir, f"digits_classifier_{digest}.npz")
+
+
+def train_classifier():
+    """(params, test accuracy) of the classifier, trained from scratch (a few seconds on a CPU)."""
+    import optax
+
+    from data.sources import digits_arrays
+
+    (xtr, ytr), (xte, yte) = digits_arrays()
+    net = DigitsNet()
+    params = net.init(jax.random.PRNGKey(RECIPE["init_seed"]), xtr[:1])
+    tx = optax.adam(RECIPE["lr"])
+    opt = tx.init(params)
+
+    @jax.jit
+    def step(params, opt, x, y):
+        def loss_fn(p):
+            return optax.softmax_cross_entropy_with_integer_labels(net.apply(p, x), y).mean()
+        grads = jax.grad(loss_fn)(params)
+        upd, opt = tx.update(grads, opt, params)
+        return optax.apply_updates(params, upd), opt
+
+    B, rng = RECIPE["batch"], np.random.default_rng(RECIPE["data_seed"])
+    for _ in range(RECIPE["epochs"]):
+        perm = rng.permutation(len(xtr))
+        for i in range(0, len(xtr) - B + 1, B):
+            params, opt = step(params, opt, xtr[perm[i:i + B]], ytr[perm[i:i + B]])
+    acc = float((np.asarray(jax.jit(net.apply)(params, xte)).argmax(-1) == yte).mean())
+    h = np.asarray(jax.jit(lambda p, x: net.apply(p, x, features_only=True))(params, xtr), np.float64)
+    return params, acc, float(np.sqrt(np.mean(h**2)))
+
+
+def load_or_train(cache_dir: str = ""):
+    """(params, test accuracy, feature scale), from the cache or trained once and cached (written atomically)."""
+    path = cache_path(cache_dir)
+    template = jax.eval_shape(lambda: DigitsNet().init(jax.random.PRNGKey(0), jnp.zeros((1, 8, 8, 1), jnp.uint8)))
+    leaves, treedef = jax.tree.flatten(template)
+    if os.path.exists(path):
+        with np.load(path) as z:
+            stored = [z[f"p{i}"] for i in range(len(leaves))]
+            if all(a.shape == l.shape for a, l in zip(stored, leaves)):
+                return jax.tree.unflatten(treedef, stored), float(z["test_accuracy"]), float(z["scale"])
+    params, acc, scale = train_classifier()
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    np.savez(tmp, test_accuracy=acc, scale=scale, **{f"p{i}": np.asarray(a) for i, a in enumerate(jax.tree.leaves(params))})
+    os.replace(tmp, path)  # concurrent writers (test workers, processes) write the same bytes
+    return params, acc, scale
+
+
+def make_feature_fn(params, scale):
+    """features(images_u8 [N, 8, 8, 1]) -> float64 [N, 64]."""
+    fn = jax.jit(lambda p, x: DigitsNet().apply(p, x, features_only=True))
+    params = jax.device_put(params, jax.local_devices()[0])
+
+    def features(images_u8, batch=1000):
+        out = [np.asarray(fn(params, jax.device_put(np.asarray(images_u8[i:i + batch]), jax.local_devices()[0])))
+               for i in range(0, len(images_u8), batch)]
+        return np.concatenate(out).astype(np.float64) / scale
+    return features

@@ -1,0 +1,102 @@
+"""FID and KID against direct NumPy/SciPy computations and closed forms; the digits classifier's feature space."""
+import jax
+import numpy as np
+import pytest
+import scipy.linalg
+
+from evaluation import frechet
+
+
+def direct_fid(f1, f2):
+    """pytorch-fid's formula: scipy's sqrtm of S1 S2, real part."""
+    mu1, mu2 = f1.mean(0), f2.mean(0)
+    s1, s2 = np.cov(f1, rowvar=False), np.cov(f2, rowvar=False)
+    covmean = scipy.linalg.sqrtm(s1 @ s2).real
+    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.trace(covmean))
+
+
+@pytest.mark.parametrize("n,d", [(400, 8), (300, 32)])
+def test_fid_matches_scipy_sqrtm(n, d):
+    rng = np.random.default_rng(d)
+    a = rng.standard_normal((n, d)) @ rng.standard_normal((d, d)) + 0.5
+    b = rng.standard_normal((n + 17, d)) @ rng.standard_normal((d, d)) * 0.7
+    np.testing.assert_allclose(frechet.fid_from_features(a, b), direct_fid(a, b), rtol=1e-9)
+    assert abs(frechet.fid_from_features(a, a)) < 1e-9
+
+
+def test_fid_closed_forms():
+    # diagonal covariances: ||mu1 - mu2||^2 + sum (sqrt(a_i) - sqrt(b_i))^2
+    a, b = np.array([1.0, 4.0, 0.25]), np.array([9.0, 1.0, 0.25])
+    mu1, mu2 = np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.0, 0.0])
+    expected = 1.0 + 4.0 + ((1 - 3) ** 2 + (2 - 1) ** 2 + 0)
+    assert frechet.frechet_distance(mu1, np.diag(a), mu2, np.diag(b)) == pytest.approx(expected, rel=1e-12)
+    # rotating both distributions by the same orthogonal matrix changes nothing
+    q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))
+    assert frechet.frechet_distance(q @ mu1, q @ np.diag(a) @ q.T, q @ mu2, q @ np.diag(b) @ q.T) == \
+        pytest.approx(expected, rel=1e-10)
+
+
+def test_fid_with_singular_covariances():
+    # fewer samples than dimensions (periodic FID on few samples): rank-deficient S; scipy's sqrtm adds complex
+    # round-off there, the eigenvalue form does not, and both agree on the value
+    rng = np.random.default_rng(3)
+    a, b = rng.random((12, 20)), rng.random((15, 20)) + 0.1
+    np.testing.assert_allclose(frechet.fid_from_features(a, b), direct_fid(a, b), rtol=1e-6)
+
+
+def direct_kid(f1, f2, num_subsets, m, seed):
+    """The unbiased MMD^2 with the cubic kernel, pair by pair, over the same subsets."""
+    rng = np.random.default_rng(seed)
+    d = f1.shape[1]
+    k = lambda x, y: (float(np.dot(x, y)) / d + 1.0) ** 3
+    vals = []
+    for _ in range(num_subsets):
+        x = f1[rng.choice(len(f1), m, replace=False)]
+        y = f2[rng.choice(len(f2), m, replace=False)]
+        xx = sum(k(x[i], x[j]) for i in range(m) for j in range(m) if i != j) / (m * (m - 1))
+        yy = sum(k(y[i], y[j]) for i in range(m) for j in range(m) if i != j) / (m * (m - 1))
+        xy = sum(k(x[i], y[j]) for i in range(m) for j in range(m)) / (m * m)
+        vals.append(xx + yy - 2 * xy)
+    return np.mean(vals), np.std(vals)
+
+
+def test_kid_matches_pairwise_computation():
+    rng = np.random.default_rng(1)
+    a, b = rng.standard_normal((40, 6)), rng.standard_normal((30, 6)) * 1.3 + 0.2
+    mean, std, m = frechet.kid(a, b, num_subsets=5, subset_size=12, seed=7)
+    dm, ds = direct_kid(a, b, 5, 12, 7)
+    assert m == 12
+    np.testing.assert_allclose([mean, std], [dm, ds], rtol=1e-10)
+    # the subset size is capped at the smaller set
+    assert frechet.kid(a, b, num_subsets=2, subset_size=1000)[2] == 30
+
+
+def test_kid_is_unbiased_for_equal_distributions():
+    # MMD^2 = 0 between one distribution and itself: the unbiased estimate averages to 0 (a biased one would not)
+    rng = np.random.default_rng(2)
+    vals = [frechet.kid(rng.standard_normal((50, 4)), rng.standard_normal((50, 4)), 20, 50, seed=i)[0]
+            for i in range(40)]
+    assert abs(np.mean(vals)) < 4 * np.std(vals) / np.sqrt(len(vals))
+
+
+def test_digits_classifier_is_deterministic_cached_and_separates_noise(tmp_path):
+    from data.sources import digits_arrays
+    from evaluation import classifier
+
+    params, acc, scale = classifier.load_or_train(str(tmp_path))  # trains and caches
+    assert classifier.cache_path(str(tmp_path)).startswith(str(tmp_path))
+    again, acc2, scale2 = classifier.train_classifier()  # from scratch: the same bits
+    for x, y in zip(jax.tree.leaves(params), jax.tree.leaves(again)):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+    assert (acc, scale) == (acc2, scale2) and acc > 0.95
+    cached = classifier.load_or_train(str(tmp_path))
+    assert cached[1:] == (acc, scale)
+    features = classifier.make_feature_fn(params, scale)
+    (train, _), (test, _) = digits_arrays()
+    ft = features(train)
+    assert ft.shape == (1500, classifier.FEATURE_DIM)
+    np.testing.assert_allclose(np.sqrt(np.mean(ft ** 2)), 1.0, rtol=1e-5)  # the fixed scale
+    noise = np.random.default_rng(0).integers(0, 256, test.shape).astype(np.uint8)
+    fid_test = frechet.fid_from_features(features(test), ft)
+    fid_noise = frechet.fid_from_features(features(noise), ft)
+    assert fid_test < 0.1 * fid_noise
