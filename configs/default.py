@@ -135,7 +135,7 @@ def get_config():
     c.eval.periodic = ml_collections.ConfigDict()
     c.eval.periodic.every = 500  # steps (0: off)
     c.eval.periodic.nll_images = -1  # test images in the bound estimate (-1: all)
-    c.eval.periodic.nll_timesteps = 50  # t = 0 plus one random t per stratum of the other T - 1 (unbiased)
+    c.eval.periodic.nll_timesteps = 50  # t = 0 plus one random t in each of 49 geometric strata of 1..T-1
     c.eval.periodic.num_samples = 250  # generated images for the periodic FID/KID
     c.eval.periodic.method = "ddim"
     c.eval.periodic.ddim_steps = 50

@@ -184,13 +184,25 @@ def nll_bpd(apply_fn, s: Schedule, target: str, variance: str, x0, key, *, clip_
     return terms.sum(axis=1) + prior, terms, prior
 
 
+def stratum_edges(num_timesteps: int, num_strata: int) -> np.ndarray:
+    """Edges e_0 = 1 < e_1 < ... < e_M = T of M = num_strata contiguous strata [e_{k-1}, e_k) of 1..T-1, spaced
+    geometrically (e_k ~ T^(k/M)) with at least one timestep each: fine where L_t changes fast (small t, where most
+    of the bound is), coarse where it is flat."""
+    T, M = num_timesteps, num_strata
+    edges = [1]
+    for k in range(1, M + 1):
+        target = int(round(math.exp(math.log(T) * k / M)))
+        edges.append(min(max(edges[-1] + 1, target), T - (M - k)))
+    return np.asarray(edges)
+
+
 def stratified_timesteps(num_timesteps: int, num_t: int, key):
     """(ts [num_t], weights [num_t]) of the stratified bound estimate: t = 0 always (weight 1; L_0 is large and
-    unlike its neighbours), then one uniform t in each of num_t - 1 contiguous strata of 1..T-1 (np.array_split
-    sizes) weighted by its stratum's size. sum_k weights_k L_{ts_k} is unbiased for sum_t L_t."""
-    strata = np.array_split(np.arange(1, num_timesteps), num_t - 1)
-    starts = jnp.asarray([a[0] for a in strata], jnp.int32)
-    sizes = jnp.asarray([len(a) for a in strata], jnp.int32)
+    unlike its neighbours), then one uniform t in each of the num_t - 1 strata of stratum_edges, weighted by its
+    stratum's size. sum_k weights_k L_{ts_k} is unbiased for sum_t L_t."""
+    edges = stratum_edges(num_timesteps, num_t - 1)
+    starts = jnp.asarray(edges[:-1], jnp.int32)
+    sizes = jnp.asarray(np.diff(edges), jnp.int32)
     offsets = jnp.floor(jax.random.uniform(key, (num_t - 1,)) * sizes).astype(jnp.int32)
     ts = jnp.concatenate([jnp.zeros((1,), jnp.int32), starts + jnp.minimum(offsets, sizes - 1)])
     return ts, jnp.concatenate([jnp.ones((1,), jnp.float32), sizes.astype(jnp.float32)])

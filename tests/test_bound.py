@@ -137,8 +137,12 @@ def test_stratified_timesteps_cover_every_t_once_by_weight():
     ts, w = np.asarray(ts), np.asarray(w)
     assert ts[0] == 0 and w[0] == 1 and w.sum() == T  # t = 0 alone, then strata of 1..T-1 summing to T - 1
     edges = np.concatenate([[1], 1 + np.cumsum(w[1:])])  # stratum k covers [edges[k-1], edges[k])
+    np.testing.assert_array_equal(edges, g.stratum_edges(T, K - 1))
     assert np.all((ts[1:] >= edges[:-1]) & (ts[1:] < edges[1:]))
-    assert set(w[1:].astype(int)) == {20, 21}  # np.array_split of 999 into 49
+    # geometric: single timesteps at small t, where the bound's terms change fast; wide strata at large t
+    assert np.all(w[1:21] == 1) and np.all(np.diff(w[21:]) >= 0) and w[-1] > 100
+    assert list(g.stratum_edges(1000, 5)) == [1, 4, 16, 63, 251, 1000]  # round(1000^(k/5)), k = 0..5
+    assert np.all(np.diff(g.stratum_edges(T, T - 1)) == 1)
 
 
 def test_bound_estimate_with_every_timestep_is_the_bound_and_unbiased_otherwise():

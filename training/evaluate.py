@@ -172,7 +172,8 @@ class PeriodicEval:
     def protocol(self) -> dict:
         p = self.p
         return dict(nll=f"bpd_T{p.nll_timesteps}: unbiased stratified estimate of the test bound over "
-                        f"{len(self.images)} test images, t = 0 plus one t per stratum of {p.nll_timesteps - 1}",
+                        f"{len(self.images)} test images: t = 0 plus one random t in each of {p.nll_timesteps - 1} "
+                        f"geometrically spaced strata of 1..T-1, weighted by stratum size",
                     fid=None if self.space is None else
                     f"fid_N{p.num_samples} / kid_N{p.num_samples}: {p.num_samples} samples ({p.method}"
                     f"{', %d steps' % p.ddim_steps if p.method == 'ddim' else ''}) in the {self.space.name} space",
