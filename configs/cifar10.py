@@ -68,4 +68,12 @@ def get_config(variant: str = ""):
     c.sampler.adaptive.policy_hidden = (256, 256)
     c.sampler.adaptive.probe_batch_size = -1
     c.sampler.adaptive.sweep_stride = 4
+    # --mode=eval as the paper: FID-50k, 1000-step ancestral sampling, EMA, against the training set's Inception
+    # statistics (config.eval.fid.inception_weights / reference_stats: README, FID). Without them no FID is computed.
+    c.eval.fid.num_samples = 50_000
+    c.eval.fid.method = "ancestral"
+    # Periodic curves: the bound estimate on 1,000 test images and FID on 1,000 DDIM-50 samples every 20k steps.
+    c.eval.periodic.every = 20_000
+    c.eval.periodic.nll_images = 1000
+    c.eval.periodic.num_samples = 1000
     return c

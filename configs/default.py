@@ -124,6 +124,7 @@ def get_config():
     c.eval.fid.num_samples = 1000  # generated images per FID (paper tables: 50,000 on CIFAR-10)
     c.eval.fid.method = "ddim"  # ancestral (all T steps, the paper's protocol) | ddim
     c.eval.fid.ddim_steps = 100
+    c.eval.fid.batch_size = 1000  # samples per sampling call (chunk i seeded fold_in(key, i); one call: the key)
     c.eval.fid.kid_subsets = 100  # KID: mean over this many subsets ...
     c.eval.fid.kid_subset_size = 1000  # ... of this many features from each set (capped at the smaller set)
     c.eval.fid.features = "auto"  # auto (digits: classifier, else inception if weights) | classifier | inception

@@ -13,8 +13,6 @@ PyTorch by evaluation/torch_file.py and mapped by name: `X.conv.weight` [O, I, k
 [kh, kw, I, O]; `X.bn.{weight, bias, running_mean, running_var}` -> scale, bias, mean, var. tests/test_inception.py
 compares the features with pytorch-fid's own module on the same weights (fixture made by tests/fixtures/make_inception_fixture.py).
 """
-import functools
-
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -190,9 +188,10 @@ def load_weights(path: str):
 
 def make_feature_fn(variables, batch: int = 200):
     """features(images_u8 [N, H, W, C]) -> float64 [N, 2048], in batches of `batch` on the default device."""
-    fn = jax.jit(functools.partial(InceptionV3().apply, variables))
+    fn = jax.jit(InceptionV3().apply)  # the weights as an argument, not 87 MB of constants baked into the program
+    variables = jax.device_put(variables, jax.local_devices()[0])
 
     def features(images_u8):
-        out = [np.asarray(fn(np.asarray(images_u8[i:i + batch]))) for i in range(0, len(images_u8), batch)]
+        out = [np.asarray(fn(variables, np.asarray(images_u8[i:i + batch]))) for i in range(0, len(images_u8), batch)]
         return np.concatenate(out).astype(np.float64)
     return features

@@ -24,38 +24,50 @@ flags.DEFINE_bool("no_features", False, "Write mu and sigma only (no KID against
 FLAGS = flags.FLAGS
 
 
-def main(argv):
-    del argv
+def write_reference(config, output: str, split: str = "train", max_images: int = -1, features: bool = True,
+                    log=print) -> dict:
+    """Compute and write the reference statistics (see the module docstring); returns what was written.
+    Raises FileExistsError rather than overwrite `output`."""
     import numpy as np
 
     from data import load_split
     from evaluation import frechet, inception
 
+    if os.path.exists(output):
+        raise FileExistsError(f"--output={output} exists; not overwriting it")
+    source = load_split(config, split)
+    n = len(source) if max_images < 0 else min(max_images, len(source))
+    fn = inception.make_feature_fn(inception.load_weights(config.eval.fid.inception_weights))
+    t0, feats = time.perf_counter(), []
+    for i in range(0, n, 1000):
+        feats.append(fn(source.get(np.arange(i, min(n, i + 1000)))))
+        log(f"{min(n, i + 1000)}/{n} images, {time.perf_counter() - t0:.0f} s")
+    f = np.concatenate(feats)
+    mu, sigma = frechet.statistics(f)
+    out = dict(mu=mu, sigma=sigma, dataset=config.data.name, split=split, image_size=config.data.image_size,
+               num_images=n, weights=os.path.basename(config.eval.fid.inception_weights))
+    if features:
+        out["features"] = f.astype(np.float32)
+    tmp = output + ".tmp.npz"
+    np.savez(tmp, **out)
+    os.replace(tmp, output)
+    return out
+
+
+def main(argv):
+    del argv
     c = FLAGS.config
     if not c.eval.fid.inception_weights or not os.path.isfile(c.eval.fid.inception_weights):
         print(f"error: config.eval.fid.inception_weights={c.eval.fid.inception_weights!r}: no such file (pytorch-fid's "
               f"pt_inception-2015-12-05-6726825d.pth; README: FID)", file=sys.stderr)
         return 2
-    if os.path.exists(FLAGS.output):
-        print(f"error: --output={FLAGS.output} exists; not overwriting it", file=sys.stderr)
+    try:
+        out = write_reference(c, FLAGS.output, FLAGS.split, FLAGS.max_images, not FLAGS.no_features,
+                              log=lambda m: print(m, flush=True))
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
         return 2
-    source = load_split(c, FLAGS.split)
-    n = len(source) if FLAGS.max_images < 0 else min(FLAGS.max_images, len(source))
-    fn = inception.make_feature_fn(inception.load_weights(c.eval.fid.inception_weights))
-    t0, feats = time.perf_counter(), []
-    for i in range(0, n, 1000):
-        feats.append(fn(source.get(np.arange(i, min(n, i + 1000)))))
-        print(f"{min(n, i + 1000)}/{n} images, {time.perf_counter() - t0:.0f} s", flush=True)
-    f = np.concatenate(feats)
-    mu, sigma = frechet.statistics(f)
-    out = dict(mu=mu, sigma=sigma, dataset=c.data.name, split=FLAGS.split, image_size=c.data.image_size,
-               num_images=n, weights=os.path.basename(c.eval.fid.inception_weights))
-    if not FLAGS.no_features:
-        out["features"] = f.astype(np.float32)
-    tmp = FLAGS.output + ".tmp.npz"
-    np.savez(tmp, **out)
-    os.replace(tmp, FLAGS.output)
-    print(f"Reference statistics of {n} {c.data.name} {FLAGS.split} images: {FLAGS.output}")
+    print(f"Reference statistics of {out['num_images']} {c.data.name} {FLAGS.split} images: {FLAGS.output}")
     return 0
 
 

@@ -9,7 +9,8 @@ import numpy as np
 
 from conftest import main_cmd, restore_checkpoint, run_main, tiny_config, tiny_flags
 
-FID = {"eval.fid.num_samples": 24, "eval.fid.ddim_steps": 3, "eval.fid.kid_subsets": 10}
+FID = {"eval.fid.num_samples": 24, "eval.fid.ddim_steps": 3, "eval.fid.kid_subsets": 10,
+       "eval.fid.batch_size": 16}  # two sampling calls: 16 + 8
 PERIODIC = {"eval.periodic.every": 2, "eval.periodic.nll_images": 16, "eval.periodic.nll_timesteps": 6,
             "eval.periodic.num_samples": 16, "eval.periodic.ddim_steps": 3}
 
@@ -111,3 +112,15 @@ def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_pat
     scores = make_feature_space(c).score(samples, c.eval.fid.kid_subsets, c.eval.fid.kid_subset_size)
     np.testing.assert_allclose([per[1]["periodic/bpd_T6"], per[1]["periodic/fid_N16"], per[1]["periodic/kid_N16"]],
                                [bpd, scores["fid"], scores["kid"]], rtol=1e-5)
+
+    # a run stopped after its step-4 checkpoint but before that step's evaluation was logged: the resumed run
+    # evaluates step 4 first, then goes on (train_seconds continues from the last record)
+    with open(wd / "metrics.jsonl", "w") as f:
+        f.writelines(json.dumps(row) + "\n" for row in rows if not (row["step"] == 4 and "periodic/seconds" in row))
+    r = run_main(wd, *[f"--config.{k}={v}" for k, v in PERIODIC.items()], steps=6)
+    assert r.returncode == 0, r.stderr[-3000:]
+    rows = [json.loads(line) for line in open(wd / "metrics.jsonl")]
+    assert [row["step"] for row in rows if "periodic/bpd_T6" in row] == [2, 4, 6]
+    again = next(row for row in rows if row["step"] == 4 and "periodic/bpd_T6" in row)
+    assert again["periodic/bpd_T6"] == per[1]["periodic/bpd_T6"] and again["train_seconds"] == train_s[1]
+    assert [row["train_seconds"] > train_s[1] for row in rows if row["step"] == 6] == [True, True]

@@ -61,44 +61,38 @@ def test_torch_file_reader(fmt):
 
 
 def test_reference_statistics_and_the_inception_feature_space(tmp_path, reference):
-    """`python -m evaluation.reference`, then the feature space of config.eval.fid.features=inception, on the
+    """evaluation.reference's statistics, then the feature space of config.eval.fid.features=inception, on the
     stand-in weights (as an .npz of pytorch-fid's names): the numbers equal the Inception features computed here."""
     import subprocess
 
-    from conftest import ROOT, main_cmd, tiny_config, tiny_flags
+    from conftest import main_cmd, tiny_config, tiny_flags
     from data.sources import digits_arrays
     from evaluation import frechet
+    from evaluation.features import make_feature_space
+    from evaluation.reference import write_reference
 
     names = {k: tuple(v) for k, v in json.loads(str(reference["names"])).items()}
     weights = tmp_path / "stand_in.npz"
     np.savez(weights, **stand_in_state_dict(names))
     stats = tmp_path / "digits_train.npz"
-    fid = [f"--config.eval.fid.inception_weights={weights}"]
-    r = subprocess.run([sys.executable, "-m", "evaluation.reference", f"--config={ROOT}/configs/default.py", *fid,
-                        f"--output={stats}", "--max_images=8"], cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    (train, _), (test, _) = digits_arrays()
+    write_reference(tiny_config(**{"eval.fid.inception_weights": str(weights)}), str(stats), max_images=4)
+    with pytest.raises(FileExistsError, match="exists; not overwriting it"):  # never overwritten
+        write_reference(tiny_config(**{"eval.fid.inception_weights": str(weights)}), str(stats))
     # the feature space --mode=eval builds from these files (its record's wiring is tests/test_eval.py's)
-    from evaluation.features import make_feature_space
-
     c = tiny_config(**{"eval.fid.features": "inception", "eval.fid.inception_weights": str(weights),
                        "eval.fid.reference_stats": str(stats), "eval.fid.kid_subsets": 3})
     space = make_feature_space(c)
     assert space.name == "inception_v3_pool3" and "weights" in space.protocol
     features = space.features  # the Flax Inception on the weights file (checked against pytorch-fid above)
+    (train, _), (test, _) = digits_arrays()
     with np.load(stats) as z:
-        assert (z["dataset"].item(), int(z["image_size"]), int(z["num_images"])) == ("digits", 8, 8)
-        ours = features(train[:8])
+        assert (z["dataset"].item(), int(z["image_size"]), int(z["num_images"])) == ("digits", 8, 4)
+        ours = features(train[:4])
         mu, sigma = frechet.statistics(ours)
         np.testing.assert_allclose(z["mu"], mu, rtol=1e-6, atol=1e-9)
         np.testing.assert_allclose(z["features"], ours, rtol=1e-6)
-    # an existing output is never overwritten
-    again = subprocess.run([sys.executable, "-m", "evaluation.reference", *fid, f"--output={stats}"], cwd=ROOT,
-                           capture_output=True, text=True, timeout=300)
-    assert again.returncode == 2 and "exists; not overwriting it" in again.stderr
-
-    real = features(test[:8])
-    scores = space.score(test[:8], 3, 1000)
+    real = features(test[:4])
+    scores = space.score(test[:4], 3, 1000)
     np.testing.assert_allclose(scores["fid"], frechet.frechet_distance(*frechet.statistics(real), mu, sigma),
                                rtol=1e-9)
     np.testing.assert_allclose(scores["kid"], frechet.kid(real, ours, 3, 1000)[0], rtol=1e-9)
@@ -106,9 +100,10 @@ def test_reference_statistics_and_the_inception_feature_space(tmp_path, referenc
     # statistics of another dataset: one line before anything runs
     other = tmp_path / "cifar.npz"
     np.savez(other, mu=np.zeros(2048), sigma=np.eye(2048), dataset="cifar10", image_size=32)
-    r = subprocess.run(main_cmd("--mode=eval", f"--workdir={tmp_path}/run", *tiny_flags(), *fid,
-                                "--config.eval.fid.features=inception", f"--config.eval.fid.reference_stats={other}"),
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(main_cmd("--mode=eval", f"--workdir={tmp_path}/run", *tiny_flags(),
+                                f"--config.eval.fid.inception_weights={weights}", "--config.eval.fid.features=inception",
+                                f"--config.eval.fid.reference_stats={other}"), capture_output=True, text=True,
+                       timeout=300)
     err = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(err) == 1, r.stderr[-2000:]
     assert "config.eval.fid.reference_stats=" in err[0] and "was made for dataset 'cifar10'" in err[0]

@@ -91,7 +91,12 @@ def sample_quality(setup, space, params, key, num, method, steps) -> dict:
 
     c = setup.config
     t0 = time.perf_counter()
-    samples = generate(setup, params, key, num, method, steps)
+    B = c.eval.fid.batch_size  # samples per sampling call (memory): chunk i draws with fold_in(key, i)
+    if num <= B:
+        samples = generate(setup, params, key, num, method, steps)
+    else:
+        samples = np.concatenate([generate(setup, params, jax.random.fold_in(key, i), min(B, num - i * B), method,
+                                           steps) for i in range(-(-num // B))])
     scores = space.score(samples, c.eval.fid.kid_subsets, c.eval.fid.kid_subset_size)
     scores["protocol"] = dict(samples=int(num), method=method,
                               steps=steps if method == "ddim" else c.diffusion.num_timesteps, parameters="EMA",

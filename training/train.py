@@ -177,6 +177,14 @@ def _run(setup, mngr, workdir):
     prior = [r["train_seconds"] for r in report.read_metrics(metrics_path) if "train_seconds" in r]
     seconds_before, t_start, eval_seconds = (prior[-1] if prior and start else 0.0), t_window, 0.0
     periodic = None
+    if start and c.eval.periodic.every and start % c.eval.periodic.every == 0 and start < c.train.num_steps:
+        # the last attempt stopped (signal, kill) after this checkpoint but before its periodic evaluation was logged
+        have = any("periodic/seconds" in r and r["step"] == start for r in report.read_metrics(metrics_path))
+        from jax.experimental import multihost_utils
+
+        if not bool(multihost_utils.broadcast_one_to_all(np.asarray(have))):  # process 0 holds the metrics
+            periodic = _start_periodic(setup, workdir, is_main)
+            writer.write(start, {**periodic(state.ema_params), "train_seconds": seconds_before})
     last_saved = latest
     stopped_by = None
     stop = StopRequest()

@@ -247,6 +247,7 @@ def check_values(config):
     _int(c, f + "num_samples", 2)
     _one_of(c, f + "method", METHODS)
     _int(c, f + "ddim_steps", 1, T)
+    _int(c, f + "batch_size", 1)
     _int(c, f + "kid_subsets", 1)
     _int(c, f + "kid_subset_size", 2)
     for name in ("inception_weights", "reference_stats", "classifier_cache"):
