@@ -68,11 +68,22 @@ def run_main(workdir, *args, steps=4, cwd=ROOT):
 
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory):
-    wd = tmp_path_factory.mktemp("e2e")
-    r = run_main("wd", cwd=wd)  # a relative workdir, as in the README
-    wd = wd / "wd"
-    assert r.returncode == 0, r.stderr[-3000:]
-    return wd, r
+    """(workdir, CompletedProcess) of a finished 4-step tiny run, made once per test session and shared by the xdist
+    workers (under a file lock in their common temporary folder); tests copy it before changing it."""
+    import fcntl
+    import json
+
+    root = tmp_path_factory.getbasetemp().parent  # shared by the workers of one session
+    base, done = root / "e2e", root / "e2e.json"
+    with open(root / "e2e.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            base.mkdir(exist_ok=True)
+            r = run_main("wd", cwd=base)  # a relative workdir, as in the README
+            assert r.returncode == 0, r.stderr[-3000:]
+            done.write_text(json.dumps(dict(args=r.args, returncode=r.returncode, stdout=r.stdout, stderr=r.stderr)))
+    r = subprocess.CompletedProcess(**json.loads(done.read_text()))
+    return base / "wd", r
 
 
 def restore_checkpoint(workdir, step=None):

@@ -23,8 +23,11 @@ def test_end_to_end_run_leaves_what_a_user_expects(finished_run):
     assert Image.open(wd / "samples" / "step_0000004.png").size[0] >= 8 * 2
 
 
-def test_rerun_of_a_finished_run_resumes_and_trains_no_more(finished_run):
-    wd, _ = finished_run
+def test_rerun_of_a_finished_run_resumes_and_trains_no_more(finished_run, tmp_path):
+    import shutil
+
+    wd = tmp_path / "wd"
+    shutil.copytree(finished_run[0], wd)  # the shared run stays as it is for the other tests
     r = run_main(wd)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Resuming from checkpoint step 4" in r.stdout
