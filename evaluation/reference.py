@@ -16,12 +16,15 @@ import time
 from absl import app, flags
 from ml_collections import config_flags
 
-config_flags.DEFINE_config_file("config", "configs/default.py", "The run's config (its data and eval.fid fields).")
-flags.DEFINE_string("output", None, "Where the .npz goes.", required=True)
-flags.DEFINE_string("split", "train", "Dataset split.")
-flags.DEFINE_integer("max_images", -1, "Images (the first N of the split; -1: all).")
-flags.DEFINE_bool("no_features", False, "Write mu and sigma only (no KID against these statistics).")
 FLAGS = flags.FLAGS
+
+
+def _define_flags():  # only when run as a program: importing write_reference defines no flags
+    config_flags.DEFINE_config_file("config", "configs/default.py", "The run's config (its data and eval.fid fields).")
+    flags.DEFINE_string("output", None, "Where the .npz goes.", required=True)
+    flags.DEFINE_string("split", "train", "Dataset split.")
+    flags.DEFINE_integer("max_images", -1, "Images (the first N of the split; -1: all).")
+    flags.DEFINE_bool("no_features", False, "Write mu and sigma only (no KID against these statistics).")
 
 
 def write_reference(config, output: str, split: str = "train", max_images: int = -1, features: bool = True,
@@ -72,4 +75,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    _define_flags()
     app.run(lambda argv: sys.exit(main(argv)))
