@@ -73,7 +73,9 @@ def finished_run(tmp_path_factory):
     import fcntl
     import json
 
-    root = tmp_path_factory.getbasetemp().parent  # shared by the workers of one session
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker's basetemp is a folder of the session's
+        root = root.parent
     base, done = root / "e2e", root / "e2e.json"
     with open(root / "e2e.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
