@@ -42,10 +42,6 @@ def _rebuild_tensor(storage, offset, size, stride, *unused):
     return np.lib.stride_tricks.as_strided(a[offset:], shape=tuple(size), strides=tuple(s * item for s in stride)).copy()
 
 
-def _rebuild_parameter(data, *unused):
-    return data
-
-
 class _Unpickler(pickle.Unpickler):
     ALLOWED = {
         ("collections", "OrderedDict"): collections.OrderedDict,

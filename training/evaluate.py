@@ -132,7 +132,7 @@ def evaluate(config, workdir: str) -> dict:
         scores, _ = sample_quality(setup, space, state.ema_params, jax.random.fold_in(key, 2), f.num_samples,
                                    f.method, f.ddim_steps)
         m = min(len(test), f.num_samples)
-        real = space.score(test.get(np.arange(m)), f.kid_subsets, f.kid_subset_size)
+        real = space.score(images[:m] if m <= n else test.get(np.arange(m)), f.kid_subsets, f.kid_subset_size)
         scores["test_split"] = dict(real, images=m, note="the first min(test split, eval.fid.num_samples) test "
                                     "images scored against the same reference: what real unseen images get")
         record["fid"] = scores

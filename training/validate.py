@@ -14,6 +14,7 @@ import numpy as np
 from data.sources import DATASETS
 from diffusion.gaussian import TARGETS, VARIANCES
 from diffusion.sampling import METHODS
+from evaluation.features import DIGITS, check_reference_stats, kind as fid_kind
 from diffusion.schedules import SCHEDULES, betas_for
 from models.unet import check_image_size
 from samplers import SAMPLERS
@@ -253,7 +254,7 @@ def check_values(config):
     for name in ("inception_weights", "reference_stats", "classifier_cache"):
         _require(isinstance(_get(c, f + name), str), f + name, _get(c, f + name), "must be a path (a string)")
     _one_of(c, f + "features", ("auto", "classifier", "inception"))
-    _require(c.eval.fid.features != "classifier" or c.data.name in ("digits", "digits_tfds"), f + "features",
+    _require(c.eval.fid.features != "classifier" or c.data.name in DIGITS, f + "features",
              c.eval.fid.features, f"the classifier is trained on the digits; config.data.name is {c.data.name!r}")
     weights, stats = c.eval.fid.inception_weights, c.eval.fid.reference_stats
     _require(c.eval.fid.features != "inception" or weights, f + "features", c.eval.fid.features,
@@ -261,16 +262,12 @@ def check_values(config):
     exists = lambda path: "://" in path or os.path.isfile(path)
     _require(not weights or exists(weights), f + "inception_weights", weights,
              "no such file (pytorch-fid's pt_inception-2015-12-05-6726825d.pth; README: FID)")
-    if c.eval.fid.features == "inception" or (weights and c.data.name not in ("digits", "digits_tfds")
-                                               and c.eval.fid.features == "auto"):
+    if fid_kind(c) == "inception":
         _require(stats != "", f + "reference_stats", stats, "must be set with config.eval.fid.inception_weights: "
                  "the dataset's statistics, made by `python -m evaluation.reference` (README: FID)")
     _require(not stats or exists(stats), f + "reference_stats", stats,
              "no such file (make it with `python -m evaluation.reference`; README: FID)")
-    if stats and "://" not in stats and c.eval.fid.features != "classifier" and (
-            c.eval.fid.features == "inception" or c.data.name not in ("digits", "digits_tfds")):
-        from evaluation.features import check_reference_stats
-
+    if stats and "://" not in stats and fid_kind(c) != "classifier":
         problem = check_reference_stats(c)
         _require(problem is None, f + "reference_stats", stats, problem)
     p = "eval.periodic."
