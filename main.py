@@ -1,23 +1,33 @@
 """Train a diffusion model with a chosen timestep sampler.
 
-    python main.py --config=configs/default.py --workdir=/tmp/digits [--config.FIELD=VALUE ...]
-    python main.py --mode=compile --config=configs/cifar10.py     # memory and FLOPs of the step, no training
+python main.py --config=configs/default.py --workdir=/tmp/digits [--config.FIELD=VALUE ...]
+python main.py --mode=compile --config=configs/cifar10.py     # memory and FLOPs of the step, no training
 """
+
 import os
 import sys
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-config_flags.DEFINE_config_file("config", "configs/default.py", "Experiment config (a configs/*.py file).",
-                                lock_config=True)
+config_flags.DEFINE_config_file(
+    "config", "configs/default.py", "Experiment config (a configs/*.py file).", lock_config=True
+)
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and samples go.")
-flags.DEFINE_enum("mode", "train", ["train", "eval", "compile"],
-                  "train: train or resume in --workdir. eval: evaluate the latest checkpoint in --workdir (test "
-                  "bits/dim, samples) into --workdir/eval/. compile: compile the train step for the configured mesh "
-                  "and print its memory and FLOP estimates, without training (no --workdir needed).")
-flags.DEFINE_bool("distributed", False, "Call jax.distributed.initialize() first: with no other flag on a Cloud TPU "
-                  "pod or under SLURM (auto-detected), else from the three flags below.")
+flags.DEFINE_enum(
+    "mode",
+    "train",
+    ["train", "eval", "compile"],
+    "train: train or resume in --workdir. eval: evaluate the latest checkpoint in --workdir (test "
+    "bits/dim, samples) into --workdir/eval/. compile: compile the train step for the configured mesh "
+    "and print its memory and FLOP estimates, without training (no --workdir needed).",
+)
+flags.DEFINE_bool(
+    "distributed",
+    False,
+    "Call jax.distributed.initialize() first: with no other flag on a Cloud TPU "
+    "pod or under SLURM (auto-detected), else from the three flags below.",
+)
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for --distributed off TPU/SLURM.")
 flags.DEFINE_integer("num_processes", None, "Number of processes, for --distributed off TPU/SLURM.")
 flags.DEFINE_integer("process_id", None, "This process's index, for --distributed off TPU/SLURM.")
@@ -42,33 +52,47 @@ def main(argv):
 
         if FLAGS.coordinator_address:
             jax.config.update("jax_cpu_collectives_implementation", "gloo")  # CPU processes; no effect on GPU/TPU
-        jax.distributed.initialize(coordinator_address=FLAGS.coordinator_address, num_processes=FLAGS.num_processes,
-                                   process_id=FLAGS.process_id)
+        jax.distributed.initialize(
+            coordinator_address=FLAGS.coordinator_address,
+            num_processes=FLAGS.num_processes,
+            process_id=FLAGS.process_id,
+        )
+    return run(FLAGS.config, FLAGS.workdir, FLAGS.mode)
+
+
+def run(config, workdir, mode: str = "train") -> int:
+    """What main.py does once flags are parsed and JAX is set up, callable in-process (a notebook, a test): train,
+    eval or compile. Bad input is one line on stderr and exit status 2; divergence is status 1."""
+    from data import DatasetNotFound
     from training.checkpoint import WorkdirMismatch
     from training.train import TrainingDiverged, train
-    from data import DatasetNotFound
+    from training.validate import ConfigError
 
-    if FLAGS.mode in ("train", "eval") and not FLAGS.workdir:
+    if mode in ("train", "eval") and not workdir:
         print("error: --workdir is required (where checkpoints, metrics and samples go)", file=sys.stderr)
         return 2
     try:
-        if FLAGS.mode == "compile":
+        if mode == "compile":
             from training import aot
-            from training.train import build
+            from training.setup import build
 
-            setup = build(FLAGS.config)
+            setup = build(config)
             print(aot.format_report(aot.step_report(setup, *aot.compile_step(setup))), flush=True)
-        elif FLAGS.mode == "eval":
+        elif mode == "eval":
             from training.evaluate import evaluate
 
-            r = evaluate(FLAGS.config, FLAGS.workdir)
+            r = evaluate(config, workdir)
             nll = r["nll_bpd"]
-            print(f"checkpoint {r['checkpoint_step']}: test NLL <= {nll['value']:.4f} bits/dim "
-                  f"(+- {nll['stderr'] or 0:.4f}, {nll['protocol']['images']} images, all "
-                  f"{nll['protocol']['timesteps']} timesteps, {nll['protocol']['seconds']:.1f} s)"
-                  + _fid_line(r.get("fid", {})) + (f"\nResults: {r['path']}" if "path" in r else ""), flush=True)
+            print(
+                f"checkpoint {r['checkpoint_step']}: test NLL <= {nll['value']:.4f} bits/dim "
+                f"(+- {nll['stderr'] or 0:.4f}, {nll['protocol']['images']} images, all "
+                f"{nll['protocol']['timesteps']} timesteps, {nll['protocol']['seconds']:.1f} s)"
+                + _fid_line(r.get("fid", {}))
+                + (f"\nResults: {r['path']}" if "path" in r else ""),
+                flush=True,
+            )
         else:
-            train(FLAGS.config, FLAGS.workdir)
+            train(config, workdir)
     except (ConfigError, WorkdirMismatch, DatasetNotFound) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -84,13 +108,15 @@ def _fid_line(fid):
     p, real = fid["protocol"], fid.get("test_split", {})
     kid = f", KID {fid['kid']:.4f} +- {fid['kid_std']:.4f}" if "kid" in fid else ""
     floor = f"; the test split's {real['images']} images: FID {real['fid']:.3f}" if real else ""
-    return (f"\nFID {fid['fid']:.3f}{kid} ({p['samples']} samples, {p['method']} {p['steps']} steps, "
-            f"{p['feature_space']} features{floor}; {p['seconds']:.1f} s)")
+    return (
+        f"\nFID {fid['fid']:.3f}{kid} ({p['samples']} samples, {p['method']} {p['steps']} steps, "
+        f"{p['feature_space']} features{floor}; {p['seconds']:.1f} s)"
+    )
 
 
 def check_config_file(argv):
-    """Build the --config file's config once (its argument included, e.g. configs/cifar10.py:linear,p2): a bad
-    argument would otherwise surface as a traceback inside flag parsing."""
+    """Build the --config file's config once (its argument included, e.g. configs/cifar10.py:linear,p2) and return
+    it: a bad argument would otherwise surface as a traceback inside flag parsing."""
     import importlib.util
 
     from training.validate import ConfigError
@@ -108,7 +134,7 @@ def check_config_file(argv):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     try:
-        module.get_config(arg) if arg else module.get_config()
+        return module.get_config(arg) if arg else module.get_config()
     except (ValueError, TypeError) as e:
         raise ConfigError(f"--config={value}: {e}") from None
 
@@ -119,8 +145,7 @@ def check_overrides_then_run():
     from training.validate import ConfigError, check_overrides
 
     try:
-        check_config_file(sys.argv[1:])
-        check_overrides(sys.argv[1:])
+        check_overrides(sys.argv[1:], check_config_file(sys.argv[1:]))
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

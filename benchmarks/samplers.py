@@ -20,6 +20,7 @@ Written to OUT: samplers.md (the table) and samplers.png (the curves). Columns:
   seeds that reach it, with how many did ("-" when none). Resolution: --every steps.
 - train wall-clock: train_seconds at the last step, mean over seeds.
 """
+
 import argparse
 import json
 import os
@@ -41,8 +42,10 @@ def parse_runs(text):
     for name in text.split(","):
         sampler, _, weighting = name.partition("+")
         if sampler not in SAMPLERS or (weighting and weighting not in WEIGHTINGS):
-            sys.exit(f"error: --runs: {name!r} is not SAMPLER[+WEIGHTING] with SAMPLER in {', '.join(sorted(SAMPLERS))} "
-                     f"and WEIGHTING in {', '.join(sorted(WEIGHTINGS))}")
+            sys.exit(
+                f"error: --runs: {name!r} is not SAMPLER[+WEIGHTING] with SAMPLER in {', '.join(sorted(SAMPLERS))} "
+                f"and WEIGHTING in {', '.join(sorted(WEIGHTINGS))}"
+            )
         runs.append((name, sampler, weighting or "none"))
     if "uniform" not in [r[0] for r in runs]:
         sys.exit("error: --runs must include uniform: the steps-to-target columns are measured against it")
@@ -56,18 +59,30 @@ def run_one(out, name, sampler, weighting, seed, args):
     if done:
         print(f"{name} seed {seed}: already done", flush=True)
         return wd
-    flags = [f"--config={ROOT}/configs/default.py", f"--workdir={wd}", f"--config.sampler.name={sampler}",
-             f"--config.weighting.name={weighting}", f"--config.seed={seed}",
-             f"--config.eval.periodic.every={args.every}"] + [f"--config.{s}" for s in args.set]
+    flags = [
+        f"--config={ROOT}/configs/default.py",
+        f"--workdir={wd}",
+        f"--config.sampler.name={sampler}",
+        f"--config.weighting.name={weighting}",
+        f"--config.seed={seed}",
+        f"--config.eval.periodic.every={args.every}",
+    ] + [f"--config.{s}" for s in args.set]
     for mode in ("train", "eval"):
         t0 = time.perf_counter()
-        r = subprocess.run([sys.executable, os.path.join(ROOT, "main.py"), f"--mode={mode}", *flags], cwd=ROOT,
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        r = subprocess.run(
+            [sys.executable, os.path.join(ROOT, "main.py"), f"--mode={mode}", *flags],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         with open(os.path.join(wd, f"{mode}.log"), "w") as f:
             f.write(r.stdout)
         if r.returncode:
-            sys.exit(f"error: {name} seed {seed} --mode={mode} failed (exit {r.returncode}); log: {wd}/{mode}.log\n"
-                     + r.stdout[-2000:])
+            sys.exit(
+                f"error: {name} seed {seed} --mode={mode} failed (exit {r.returncode}); log: {wd}/{mode}.log\n"
+                + r.stdout[-2000:]
+            )
         print(f"{name} seed {seed}: {mode} {time.perf_counter() - t0:.0f} s", flush=True)
     return wd
 
@@ -83,11 +98,19 @@ def load(wd):
     with open(os.path.join(wd, "eval", evals[-1])) as f:
         ev = json.load(f)
     last = [r for r in rows if "train_seconds" in r][-1]
-    return dict(steps=np.array([r["step"] for r in per]), bpd=np.array([r[key] for r in per]),
-                fid=np.array([r.get(fid_key, np.nan) for r in per]) if fid_key else None,
-                train_s=np.array([r["train_seconds"] for r in per]), total_s=last["train_seconds"],
-                final_bpd=ev["nll_bpd"]["value"], fid_final=ev["fid"].get("fid"), kid_final=ev["fid"].get("kid"),
-                bpd_key=key, fid_key=fid_key, eval=ev)
+    return dict(
+        steps=np.array([r["step"] for r in per]),
+        bpd=np.array([r[key] for r in per]),
+        fid=np.array([r.get(fid_key, np.nan) for r in per]) if fid_key else None,
+        train_s=np.array([r["train_seconds"] for r in per]),
+        total_s=last["train_seconds"],
+        final_bpd=ev["nll_bpd"]["value"],
+        fid_final=ev["fid"].get("fid"),
+        kid_final=ev["fid"].get("kid"),
+        bpd_key=key,
+        fid_key=fid_key,
+        eval=ev,
+    )
 
 
 def reach(d, target):
@@ -106,27 +129,39 @@ def ms(values, fmt):
 def table(results, runs, seeds):
     target = float(np.mean([d["bpd"][-1] for d in results["uniform"]]))
     some = results["uniform"][0]
+    every = int(some["steps"][1] - some["steps"][0]) if len(some["steps"]) > 1 else "-"
     cmd = "python benchmarks/samplers.py " + " ".join(sys.argv[1:])
-    lines = [f"`{cmd}`", "", f"Digits default config, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) per run, "
-             f"{int(some['steps'][-1])} steps each; mean ± sd over seeds.", "",
-             f"| run | final test bits/dim | FID | KID | steps to uniform's final {some['bpd_key'].split('/')[1]} "
-             f"({target:.3f}) | wall-clock to it (s) | train wall-clock (s) |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"`{cmd}`",
+        "",
+        f"Digits default config, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) per run, "
+        f"{int(some['steps'][-1])} steps each; mean ± sd over seeds.",
+        "",
+        f"| run | final test bits/dim | FID | KID | steps to uniform's final {some['bpd_key'].split('/')[1]} "
+        f"({target:.3f}) | wall-clock to it (s) | train wall-clock (s) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for name, _, _ in runs:
         ds = results[name]
         hits = [reach(d, target) for d in ds]
         ok = [h for h in hits if h]
         reached = f"{np.mean([h[0] for h in ok]):.0f} ({len(ok)}/{len(ds)})" if ok else f"- (0/{len(ds)})"
         wall = f"{np.mean([h[1] for h in ok]):.0f}" if ok else "-"
-        lines.append(f"| {name} | {ms([d['final_bpd'] for d in ds], '{:.3f}')} | "
-                     f"{ms([d['fid_final'] for d in ds], '{:.3f}')} | {ms([d['kid_final'] for d in ds], '{:.4f}')} | "
-                     f"{reached} | {wall} | {ms([d['total_s'] for d in ds], '{:.0f}')} |")
+        lines.append(
+            f"| {name} | {ms([d['final_bpd'] for d in ds], '{:.3f}')} | "
+            f"{ms([d['fid_final'] for d in ds], '{:.3f}')} | {ms([d['kid_final'] for d in ds], '{:.4f}')} | "
+            f"{reached} | {wall} | {ms([d['total_s'] for d in ds], '{:.0f}')} |"
+        )
     ev = some["eval"]
     fp = ev["fid"].get("protocol", {})
-    lines += ["", f"Bits/dim: {ev['nll_bpd']['protocol']['bound']}, {ev['nll_bpd']['protocol']['images']} test "
-              f"images. FID/KID: {fp.get('samples')} samples, {fp.get('method')} {fp.get('steps')} steps, "
-              f"{fp.get('features')}; reference {fp.get('reference')}; the test split itself scores FID "
-              f"{ev['fid'].get('test_split', {}).get('fid', float('nan')):.3f}. Curves: periodic evaluation "
-              f"({some['bpd_key']}, {some['fid_key']}) every {int(some['steps'][1] - some['steps'][0]) if len(some['steps']) > 1 else '-'} steps."]
+    lines += [
+        "",
+        f"Bits/dim: {ev['nll_bpd']['protocol']['bound']}, {ev['nll_bpd']['protocol']['images']} test "
+        f"images. FID/KID: {fp.get('samples')} samples, {fp.get('method')} {fp.get('steps')} steps, "
+        f"{fp.get('features')}; reference {fp.get('reference')}; the test split itself scores FID "
+        f"{ev['fid'].get('test_split', {}).get('fid', float('nan')):.3f}. Curves: periodic evaluation "
+        f"({some['bpd_key']}, {some['fid_key']}) every {every} steps.",
+    ]
     return "\n".join(lines)
 
 
@@ -143,7 +178,7 @@ def plot(results, runs, path):
             if ds[0][k] is None:
                 continue
             v = np.array([d[k] for d in ds])
-            line, = ax.plot(steps, v.mean(0), label=name)
+            (line,) = ax.plot(steps, v.mean(0), label=name)
             if len(ds) > 1:
                 ax.fill_between(steps, v.min(0), v.max(0), color=line.get_color(), alpha=0.2)
     axes[0].set_ylabel(f"{some['bpd_key']} (bits/dim)")
@@ -162,8 +197,13 @@ def main():
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--every", type=int, default=250, help="periodic evaluation interval (steps)")
     ap.add_argument("--out", default=os.path.join(ROOT, "workdirs", "bench_samplers"))
-    ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                    help="a config override for every run, e.g. train.num_steps=500 (repeatable)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="a config override for every run, e.g. train.num_steps=500 (repeatable)",
+    )
     args = ap.parse_args()
     runs = parse_runs(args.runs)
     seeds = [int(s) for s in args.seeds.split(",")]

@@ -18,6 +18,7 @@ XLA's FLOPs per step per device / step time / the device's peak dense FLOP/s, fr
 PEAK_TFLOPS (bfloat16 for model.dtype=bfloat16, else the TF32 tensor-core rate that XLA uses for float32 matmuls on
 NVIDIA GPUs by default). Devices not in the table get no MFU.
 """
+
 import argparse
 import importlib
 import os
@@ -31,8 +32,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # Peak dense TFLOP/s per device: (bfloat16, float32 as XLA runs it by default). NVIDIA datasheets (SXM parts; TF32
 # without sparsity) and Google Cloud TPU documentation.
 PEAK_TFLOPS = {
-    "H200": (989.0, 494.0), "H100": (989.0, 494.0), "A100": (312.0, 156.0), "L4": (121.0, 60.0),
-    "TPU v4": (275.0, 275.0), "TPU v5 lite": (197.0, 197.0), "TPU v5e": (197.0, 197.0), "TPU v5p": (459.0, 459.0),
+    "H200": (989.0, 494.0),
+    "H100": (989.0, 494.0),
+    "A100": (312.0, 156.0),
+    "L4": (121.0, 60.0),
+    "TPU v4": (275.0, 275.0),
+    "TPU v5 lite": (197.0, 197.0),
+    "TPU v5e": (197.0, 197.0),
+    "TPU v5p": (459.0, 459.0),
     "TPU v6": (918.0, 918.0),
 }
 
@@ -56,20 +63,19 @@ def parse():
 def load(name, batch, overrides, sampler):
     import ast
 
+    from core.fields import override
+
     c = importlib.import_module(f"configs.{name}").get_config()
     c.train.batch_size = batch
     c.sampler.name = sampler
+    values = {}
     for kv in overrides:
         k, v = kv.split("=", 1)
-        node = c
-        *path, last = k.split(".")
-        for q in path:
-            node = node[q]
         try:
-            node[last] = ast.literal_eval(v)
+            values[k] = ast.literal_eval(v)
         except (ValueError, SyntaxError):
-            node[last] = v
-    return c
+            values[k] = v
+    return override(c, values)
 
 
 def main():
@@ -81,7 +87,7 @@ def main():
     import numpy as np
 
     from training import aot
-    from training.train import build, initial_state
+    from training.setup import build, initial_state
 
     dev = jax.devices()
     print(f"# devices: {len(dev)} x {dev[0].device_kind} ({jax.default_backend()}), jax {jax.__version__}")
@@ -98,15 +104,24 @@ def main():
             report = aot.step_report(s, compiled, compile_s)
             f = c.sampler.adaptive.update_every
             kinds = {"other": 1} if sampler == "uniform" else {"other": 1, "update": 0}
-            variants[sampler] = dict(compiled=compiled, state=st, batch=batch, compile_s=compile_s, f=f,
-                                     kinds=kinds, times={k: [] for k in kinds}, report=report, dtype=c.model.dtype)
-            for k, step in kinds.items():  # warm-up call of each kind
+            variants[sampler] = dict(
+                compiled=compiled,
+                state=st,
+                batch=batch,
+                compile_s=compile_s,
+                f=f,
+                kinds=kinds,
+                times={k: [] for k in kinds},
+                report=report,
+                dtype=c.model.dtype,
+            )
+            for step in kinds.values():  # warm-up call of each kind
                 st = variants[sampler]["state"].replace(step=jax.numpy.asarray(step + f, jax.numpy.int32))
                 st, m = compiled(st, batch)
                 jax.block_until_ready(m)
                 variants[sampler]["state"] = st
         for _ in range(args.reps):
-            for sampler, v in variants.items():
+            for v in variants.values():
                 for k, step in v["kinds"].items():
                     st = v["state"].replace(step=jax.numpy.asarray(step + 2 * v["f"], jax.numpy.int32))
                     t0 = time.perf_counter()
@@ -122,24 +137,45 @@ def main():
         ur = variants["uniform"]["report"]
         peak = peak_flops(dev[0].device_kind, variants["uniform"]["dtype"])
         mfu = ur["flops"] / u / peak if peak and ur["flops"] else None
-        rows.append(dict(name=name, u=u, other=t_other, upd=t_upd, amort=amort, f=a["f"],
-                         cu=variants["uniform"]["compile_s"], ca=a["compile_s"], mem_u=aot.peak_bytes(ur),
-                         mem_a=aot.peak_bytes(a["report"]), measured=measured, gflop=(ur["flops"] or 0) / 1e9, mfu=mfu))
-        print(f"{name}: uniform {u * 1e3:.1f} ms/step ({args.batch / u:.0f} img/s); adaptive other "
-              f"{t_other * 1e3:.1f} ms, update {t_upd * 1e3:.1f} ms, amortised over f_S={a['f']}: {amort * 1e3:.1f} ms "
-              f"({args.batch / amort:.0f} img/s); ratio {amort / u:.3f}; compile uniform {rows[-1]['cu']:.1f} s, "
-              f"adaptive {a['compile_s']:.1f} s; peak memory per device (XLA estimate) uniform "
-              f"{mib(rows[-1]['mem_u'])}, adaptive {mib(rows[-1]['mem_a'])}, measured {mib(measured)}; "
-              f"{rows[-1]['gflop']:.2f} GFLOP per uniform step per device; MFU {pct(mfu)}", flush=True)
-    print("\n| config | uniform ms/step (img/s) | adaptive other / update ms | adaptive amortised ms (img/s) | ratio "
-          "| compile uniform / adaptive | peak memory per device, XLA est. uniform / adaptive (measured) "
-          "| GFLOP per step per device | MFU (uniform) |")
+        rows.append(
+            dict(
+                name=name,
+                u=u,
+                other=t_other,
+                upd=t_upd,
+                amort=amort,
+                f=a["f"],
+                cu=variants["uniform"]["compile_s"],
+                ca=a["compile_s"],
+                mem_u=aot.peak_bytes(ur),
+                mem_a=aot.peak_bytes(a["report"]),
+                measured=measured,
+                gflop=(ur["flops"] or 0) / 1e9,
+                mfu=mfu,
+            )
+        )
+        print(
+            f"{name}: uniform {u * 1e3:.1f} ms/step ({args.batch / u:.0f} img/s); adaptive other "
+            f"{t_other * 1e3:.1f} ms, update {t_upd * 1e3:.1f} ms, amortised over f_S={a['f']}: {amort * 1e3:.1f} ms "
+            f"({args.batch / amort:.0f} img/s); ratio {amort / u:.3f}; compile uniform {rows[-1]['cu']:.1f} s, "
+            f"adaptive {a['compile_s']:.1f} s; peak memory per device (XLA estimate) uniform "
+            f"{mib(rows[-1]['mem_u'])}, adaptive {mib(rows[-1]['mem_a'])}, measured {mib(measured)}; "
+            f"{rows[-1]['gflop']:.2f} GFLOP per uniform step per device; MFU {pct(mfu)}",
+            flush=True,
+        )
+    print(
+        "\n| config | uniform ms/step (img/s) | adaptive other / update ms | adaptive amortised ms (img/s) | ratio "
+        "| compile uniform / adaptive | peak memory per device, XLA est. uniform / adaptive (measured) "
+        "| GFLOP per step per device | MFU (uniform) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['name']} | {r['u'] * 1e3:.1f} ({args.batch / r['u']:.0f}) | {r['other'] * 1e3:.1f} / "
-              f"{r['upd'] * 1e3:.1f} | {r['amort'] * 1e3:.1f} ({args.batch / r['amort']:.0f}), f_S={r['f']} | "
-              f"{r['amort'] / r['u']:.3f}x | {r['cu']:.1f} s / {r['ca']:.1f} s | {mib(r['mem_u'])} / "
-              f"{mib(r['mem_a'])} ({mib(r['measured'])}) | {r['gflop']:.2f} | {pct(r['mfu'])} |")
+        print(
+            f"| {r['name']} | {r['u'] * 1e3:.1f} ({args.batch / r['u']:.0f}) | {r['other'] * 1e3:.1f} / "
+            f"{r['upd'] * 1e3:.1f} | {r['amort'] * 1e3:.1f} ({args.batch / r['amort']:.0f}), f_S={r['f']} | "
+            f"{r['amort'] / r['u']:.3f}x | {r['cu']:.1f} s / {r['ca']:.1f} s | {mib(r['mem_u'])} / "
+            f"{mib(r['mem_a'])} ({mib(r['measured'])}) | {r['gflop']:.2f} | {pct(r['mfu'])} |"
+        )
 
 
 def mib(b):

@@ -17,6 +17,7 @@ SCHEDULE: linear | cosine | quad (default quad, the reference code's). METHOD (d
 The paper reports (linear, 1.0M iterations, FID-50k): adaptive 2.94, uniform 3.19, Min-SNR 3.16 (method.md 1.5).
 The data must be prepared beforehand (no download at run time): see the README.
 """
+
 from configs import default
 
 SCHEDULES = ("linear", "cosine", "quad")
@@ -36,8 +37,10 @@ def parse_variant(variant: str):
     schedule = parts[0] if parts else "quad"
     method = parts[1] if len(parts) > 1 else "adaptive"
     if len(parts) > 2 or schedule not in SCHEDULES or method not in METHODS:
-        raise ValueError(f"configs/cifar10.py:{variant!r} is not a variant: use SCHEDULE,METHOD with SCHEDULE one of "
-                         f"{', '.join(SCHEDULES)} and METHOD one of {', '.join(METHODS)}")
+        raise ValueError(
+            f"configs/cifar10.py:{variant!r} is not a variant: use SCHEDULE,METHOD with SCHEDULE one of "
+            f"{', '.join(SCHEDULES)} and METHOD one of {', '.join(METHODS)}"
+        )
     return schedule, method
 
 

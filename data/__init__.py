@@ -1,4 +1,18 @@
-from data.sources import DATASETS, load_split, DatasetNotFound
-from data.pipeline import global_batch_indices, BatchIterator
+"""Image datasets, registered by name (DATASETS), and the step-indexed batch pipeline."""
 
-__all__ = ["DATASETS", "load_split", "DatasetNotFound", "global_batch_indices", "BatchIterator"]
+from data import digits, tfds
+from data.base import DATASETS, ArraySource, DatasetNotFound, load_split
+from data.digits import digits_arrays
+from data.pipeline import BatchIterator, global_batch_indices
+
+__all__ = [
+    "DATASETS",
+    "ArraySource",
+    "DatasetNotFound",
+    "load_split",
+    "digits_arrays",
+    "global_batch_indices",
+    "BatchIterator",
+    "digits",
+    "tfds",
+]

@@ -2,19 +2,26 @@
 
 Used to exercise the tfds path offline: `DigitsBuilder(data_dir=D, file_format="array_record").download_and_prepare()`.
 """
+
 import numpy as np
 import tensorflow_datasets as tfds
 
-from data.sources import digits_arrays
+from data.digits import digits_arrays
 
 
 class Digits(tfds.core.GeneratorBasedBuilder):
     VERSION = tfds.core.Version("1.0.0")
 
     def _info(self):
-        return tfds.core.DatasetInfo(builder=self, features=tfds.features.FeaturesDict({
-            "image": tfds.features.Tensor(shape=(8, 8, 1), dtype=np.uint8),
-            "label": tfds.features.ClassLabel(num_classes=10)}))
+        return tfds.core.DatasetInfo(
+            builder=self,
+            features=tfds.features.FeaturesDict(
+                {
+                    "image": tfds.features.Tensor(shape=(8, 8, 1), dtype=np.uint8),
+                    "label": tfds.features.ClassLabel(num_classes=10),
+                }
+            ),
+        )
 
     def _split_generators(self, dl_manager):
         (tr, trl), (te, tel) = digits_arrays()

@@ -5,6 +5,7 @@ The global stream is the concatenation of per-epoch permutations perm_e = defaul
 step s takes positions [s B, (s + 1) B). Process p of P reads rows [p B/P, (p + 1) B/P) of that global batch, and
 `jax.make_array_from_process_local_data` assembles the global array.
 """
+
 import queue
 import threading
 
@@ -38,7 +39,7 @@ class BatchIterator:
         self.thread.start()
 
     def local_batch(self, step):
-        idx = global_batch_indices(self.seed, step, self.B, len(self.source))[self.lo:self.hi]
+        idx = global_batch_indices(self.seed, step, self.B, len(self.source))[self.lo : self.hi]
         return self.source.get(idx)
 
     def _work(self):

@@ -1,24 +1,18 @@
-"""Forward process, posterior, model mean/variance and the variational bound in bits/dim.
+"""Pure functions of arrays shared by the diffusion processes: Gaussian KL, the discretised decoder, folding many
+timesteps into one batch, and the stratified timesteps of the bound estimate. The processes (ddpm.py) use them.
 
 Formulas follow openai/improved-diffusion (`gaussian_diffusion.py`, `losses.py`); method.md section 4.
-All functions take images in [-1, 1] with shape [B, H, W, C] and integer timesteps t of shape [B].
-
-Choices written down:
-- The discretised Gaussian decoder uses the tanh approximation of the normal CDF, as improved-diffusion does, so the
-  numbers match that reference; bins are 2/255 wide, edge bins open-ended, probabilities clamped at 1e-12.
-- `clip_denoised` clips the predicted x0 to [-1, 1] before forming the model mean. Training-time terms (the learned
-  sampler's reward) use False, the evaluation NLL uses True, both as in improved-diffusion.
+Choice written down: the discretised Gaussian decoder uses the tanh approximation of the normal CDF, as
+improved-diffusion does, so the numbers match that reference; bins are 2/255 wide, edge bins open-ended,
+probabilities clamped at 1e-12.
 """
+
 import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffusion.schedules import Schedule
-
-TARGETS = ("eps", "x0", "v")
-VARIANCES = ("fixed_large", "fixed_small")
 LN2 = math.log(2.0)
 
 
@@ -29,69 +23,6 @@ def extract(table: jnp.ndarray, t: jnp.ndarray, ndim: int) -> jnp.ndarray:
 
 def mean_flat(x: jnp.ndarray) -> jnp.ndarray:
     return jnp.mean(x, axis=tuple(range(1, x.ndim)))
-
-
-def q_sample(s: Schedule, x0, t, noise):
-    """x_t = sqrt(ab_t) x0 + sqrt(1 - ab_t) eps."""
-    return extract(s.sqrt_alphas_cumprod, t, x0.ndim) * x0 + extract(s.sqrt_one_minus_alphas_cumprod, t, x0.ndim) * noise
-
-
-def q_mean_variance(s: Schedule, x0, t):
-    """Mean, variance, log-variance of q(x_t | x0)."""
-    mean = extract(s.sqrt_alphas_cumprod, t, x0.ndim) * x0
-    var = extract(1.0 - s.alphas_cumprod, t, x0.ndim)
-    return mean, var, jnp.log(var)
-
-
-def q_posterior(s: Schedule, x0, xt, t):
-    """Mean, variance and clipped log-variance of q(x_{t-1} | x_t, x0)."""
-    mean = extract(s.posterior_mean_coef1, t, xt.ndim) * x0 + extract(s.posterior_mean_coef2, t, xt.ndim) * xt
-    return mean, extract(s.posterior_variance, t, xt.ndim), extract(s.posterior_log_variance_clipped, t, xt.ndim)
-
-
-def training_target(s: Schedule, target: str, x0, t, noise):
-    """What the network regresses: eps, x0, or v = sqrt(ab) eps - sqrt(1 - ab) x0."""
-    if target == "eps":
-        return noise
-    if target == "x0":
-        return x0
-    if target == "v":
-        return extract(s.sqrt_alphas_cumprod, t, x0.ndim) * noise - extract(s.sqrt_one_minus_alphas_cumprod, t, x0.ndim) * x0
-    raise ValueError(f"config.diffusion.target={target!r} is not one of {', '.join(TARGETS)}")
-
-
-def predict_x0(s: Schedule, target: str, xt, t, out):
-    if target == "eps":
-        return extract(s.sqrt_recip_alphas_cumprod, t, xt.ndim) * xt - extract(s.sqrt_recipm1_alphas_cumprod, t, xt.ndim) * out
-    if target == "x0":
-        return out
-    if target == "v":
-        return extract(s.sqrt_alphas_cumprod, t, xt.ndim) * xt - extract(s.sqrt_one_minus_alphas_cumprod, t, xt.ndim) * out
-    raise ValueError(f"config.diffusion.target={target!r} is not one of {', '.join(TARGETS)}")
-
-
-def predict_eps(s: Schedule, xt, t, x0_hat):
-    return (extract(s.sqrt_recip_alphas_cumprod, t, xt.ndim) * xt - x0_hat) / extract(s.sqrt_recipm1_alphas_cumprod, t, xt.ndim)
-
-
-def model_log_variance(s: Schedule, variance: str, t, ndim: int):
-    """Fixed-large: beta_t with beta~_1 at t = 0. Fixed-small: beta~_t, log clipped at t = 0."""
-    if variance == "fixed_large":
-        table = jnp.log(jnp.concatenate([s.posterior_variance[1:2], s.betas[1:]]))
-    elif variance == "fixed_small":
-        table = s.posterior_log_variance_clipped
-    else:
-        raise ValueError(f"config.diffusion.variance={variance!r} is not one of {', '.join(VARIANCES)}")
-    return extract(table, t, ndim)
-
-
-def p_mean_variance(s: Schedule, target: str, variance: str, xt, t, out, clip_denoised: bool):
-    """Mean and log-variance of p_theta(x_{t-1} | x_t) given the network output `out`; also x0_hat."""
-    x0_hat = predict_x0(s, target, xt, t, out)
-    if clip_denoised:
-        x0_hat = jnp.clip(x0_hat, -1.0, 1.0)
-    mean, _, _ = q_posterior(s, x0_hat, xt, t)
-    return mean, model_log_variance(s, variance, t, xt.ndim), x0_hat
 
 
 def normal_kl(mean1, logvar1, mean2, logvar2):
@@ -115,50 +46,24 @@ def discretized_gaussian_log_likelihood(x, means, log_scales):
     return jnp.where(x < -0.999, log_cdf_plus, jnp.where(x > 0.999, log_one_minus_cdf_min, log_delta))
 
 
-def vb_terms_bpd(s: Schedule, target: str, variance: str, x0, xt, t, out, clip_denoised: bool = False):
-    """Per-example bound term L_t in bits/dim, shape [B]: the Gaussian KL for t > 0, the decoder NLL for t = 0."""
-    true_mean, _, true_logvar = q_posterior(s, x0, xt, t)
-    mean, logvar, _ = p_mean_variance(s, target, variance, xt, t, out, clip_denoised)
-    kl = mean_flat(normal_kl(true_mean, true_logvar, mean, logvar)) / LN2
-    nll = -mean_flat(discretized_gaussian_log_likelihood(x0, mean, 0.5 * logvar)) / LN2
-    return jnp.where(t == 0, nll, kl)
+def fold_timesteps(row_terms, x0, ts, noise, max_rows: int = 0):
+    """Per-row terms for many timesteps at once: x0 [B, H, W, C], ts [K], noise [K, B, H, W, C] -> [B, K].
 
-
-def kl_terms_bpd(s: Schedule, target: str, variance: str, x0, xt, t, out, clip_denoised: bool = False):
-    """The Gaussian KL in bits/dim at every t, t = 0 included (what the learned sampler's reward uses, method.md 1.2)."""
-    true_mean, _, true_logvar = q_posterior(s, x0, xt, t)
-    mean, logvar, _ = p_mean_variance(s, target, variance, xt, t, out, clip_denoised)
-    return mean_flat(normal_kl(true_mean, true_logvar, mean, logvar)) / LN2
-
-
-def prior_bpd(s: Schedule, x0):
-    """L_T = KL(q(x_{T-1} | x0) || N(0, I)) in bits/dim, shape [B]."""
-    t = jnp.full(x0.shape[:1], s.num_timesteps - 1, jnp.int32)
-    mean, _, logvar = q_mean_variance(s, x0, t)
-    return mean_flat(normal_kl(mean, logvar, 0.0, 0.0)) / LN2
-
-
-def bound_terms(apply_fn, s: Schedule, target: str, variance: str, x0, ts, noise, *, kl_only: bool = False,
-                clip_denoised: bool = False, max_rows: int = 0):
-    """Bound terms for many timesteps at once.
-
-    x0: [B, H, W, C]; ts: [K] int timesteps; noise: [K, B, H, W, C]. Returns [B, K] bits/dim.
-    The K copies are folded batch-major (example b's K rows are adjacent), so the new rows stay on the device
+    `row_terms(x0r, tr, nr) -> [N]` computes one term per row of a flat batch of N = B * k (image, timestep, noise)
+    rows. The K copies are folded batch-major (example b's k rows are adjacent), so the new rows stay on the device
     that holds example b when the batch is sharded (style.md pitfalls: vmap over K added an all-gather).
     With max_rows > 0 the timesteps are processed in sequential chunks (lax.map) of at most max(1, max_rows // B)
     timesteps, which bounds peak memory: XLA sizes its scratch memory for the largest branch of the step even on
-    steps that do not run it. `apply_fn(xt, t)` runs the network on a flat batch.
+    steps that do not run it.
     """
     B, K = x0.shape[0], ts.shape[0]
-    fn = kl_terms_bpd if kl_only else vb_terms_bpd
 
     def chunk(ts_c, noise_c):
         k = ts_c.shape[0]
         x0r = jnp.repeat(x0, k, axis=0)  # [B*k, ...], row b*k + j
         tr = jnp.tile(ts_c, B)
         nr = jnp.swapaxes(noise_c, 0, 1).reshape((B * k,) + x0.shape[1:])
-        xt = q_sample(s, x0r, tr, nr)
-        return fn(s, target, variance, x0r, xt, tr, apply_fn(xt, tr), clip_denoised).reshape(B, k)
+        return row_terms(x0r, tr, nr).reshape(B, k)
 
     k = K if max_rows <= 0 else max(1, min(K, max_rows // B))
     if k >= K:
@@ -166,22 +71,10 @@ def bound_terms(apply_fn, s: Schedule, target: str, variance: str, x0, ts, noise
     n = -(-K // k)
     pad = n * k - K
     ts_p = jnp.concatenate([ts, jnp.broadcast_to(ts[:1], (pad,))]).reshape(n, k)
-    noise_p = jnp.concatenate([noise, jnp.broadcast_to(noise[:1], (pad,) + noise.shape[1:])]).reshape((n, k) + noise.shape[1:])
+    noise_p = jnp.concatenate([noise, jnp.broadcast_to(noise[:1], (pad,) + noise.shape[1:])])
+    noise_p = noise_p.reshape((n, k) + noise.shape[1:])
     out = jax.lax.map(lambda a: chunk(*a), (ts_p, noise_p))  # [n, B, k]
     return jnp.moveaxis(out, 0, 1).reshape(B, n * k)[:, :K]
-
-
-def nll_bpd(apply_fn, s: Schedule, target: str, variance: str, x0, key, *, clip_denoised: bool = True,
-            max_rows: int = 0):
-    """The full bound, NLL <= sum_{t=0}^{T-1} L_t + L_T, in bits/dim per example: [B]. Every t gets its own noise.
-
-    Returns (nll [B], terms [B, T], prior [B]). clip_denoised=True as improved-diffusion's calc_bpd_loop.
-    """
-    ts = jnp.arange(s.num_timesteps, dtype=jnp.int32)
-    noise = jax.random.normal(key, (s.num_timesteps,) + x0.shape, x0.dtype)
-    terms = bound_terms(apply_fn, s, target, variance, x0, ts, noise, clip_denoised=clip_denoised, max_rows=max_rows)
-    prior = prior_bpd(s, x0)
-    return terms.sum(axis=1) + prior, terms, prior
 
 
 def stratum_edges(num_timesteps: int, num_strata: int) -> np.ndarray:
@@ -206,14 +99,3 @@ def stratified_timesteps(num_timesteps: int, num_t: int, key):
     offsets = jnp.floor(jax.random.uniform(key, (num_t - 1,)) * sizes).astype(jnp.int32)
     ts = jnp.concatenate([jnp.zeros((1,), jnp.int32), starts + jnp.minimum(offsets, sizes - 1)])
     return ts, jnp.concatenate([jnp.ones((1,), jnp.float32), sizes.astype(jnp.float32)])
-
-
-def nll_bpd_estimate(apply_fn, s: Schedule, target: str, variance: str, x0, key, num_t: int, *,
-                     clip_denoised: bool = True, max_rows: int = 0):
-    """An unbiased estimate of nll_bpd's bound from num_t timesteps (stratified_timesteps), per example: [B].
-    The noise is drawn as nll_bpd's (normal(key, [num_t, ...])): with num_t = T every stratum is one timestep and
-    the estimate is exactly nll_bpd."""
-    ts, weights = stratified_timesteps(s.num_timesteps, num_t, jax.random.fold_in(key, 0x7157))
-    noise = jax.random.normal(key, (num_t,) + x0.shape, x0.dtype)
-    terms = bound_terms(apply_fn, s, target, variance, x0, ts, noise, clip_denoised=clip_denoised, max_rows=max_rows)
-    return (terms * weights).sum(axis=1) + prior_bpd(s, x0)

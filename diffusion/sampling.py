@@ -1,34 +1,33 @@
-"""Ancestral (DDPM) and DDIM sampling with lax.scan.
+"""Ancestral (DDPM) and DDIM sampling of a discrete-time process with lax.scan.
 
-`apply_fn(x, t) -> out` is the network on a batch; t has shape [B]. Samples are clipped x0-predictions at every step
+`apply_fn(x, t) -> out` is the network on a batch; t has shape [B]. `process` gives the reverse-process pieces
+(p_mean_variance, predict_x0, predict_eps, its schedule). Samples are clipped x0-predictions at every step
 (clip_denoised=True), as in the DDPM and improved-diffusion samplers.
 DDIM uses `num_steps` timesteps evenly spaced over 0..T-1 (rounded down, always including 0 and the last step),
 eta = 0 by default.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffusion import gaussian as g
-from diffusion.schedules import Schedule
-
 METHODS = ("ancestral", "ddim")
 
 
-def _same(x):
+def same(x):
     return x
 
 
-def ancestral(apply_fn, s: Schedule, target: str, variance: str, key, shape, constrain=_same):
+def ancestral(apply_fn, process, key, shape, constrain=same):
     """Run all T reverse steps from x_{T-1} ~ N(0, I). Returns x0 in [-1, 1]. `constrain` (e.g. a sharding
     constraint over the batch) is applied to every array of the sample's shape."""
     key, k0 = jax.random.split(key)
     x = constrain(jax.random.normal(k0, shape))
-    T = s.num_timesteps
+    T = process.num_timesteps
 
     def body(x, i):
         t = jnp.full(shape[:1], T - 1 - i, jnp.int32)
-        mean, logvar, _ = g.p_mean_variance(s, target, variance, x, t, apply_fn(x, t), clip_denoised=True)
+        mean, logvar, _ = process.p_mean_variance(x, t, apply_fn(x, t), clip_denoised=True)
         z = constrain(jax.random.normal(jax.random.fold_in(key, i), shape))
         nonzero = (t > 0).astype(x.dtype).reshape(-1, *([1] * (x.ndim - 1)))
         return constrain(mean + nonzero * jnp.exp(0.5 * logvar) * z), None
@@ -41,19 +40,20 @@ def ddim_timesteps(num_timesteps: int, num_steps: int) -> np.ndarray:
     return np.unique(np.linspace(0, num_timesteps - 1, num_steps).round().astype(np.int32))
 
 
-def ddim(apply_fn, s: Schedule, target: str, key, shape, num_steps: int, eta: float = 0.0, constrain=_same):
+def ddim(apply_fn, process, key, shape, num_steps: int, eta: float = 0.0, constrain=same):
     """DDIM (Song et al. 2021) over `num_steps` evenly spaced timesteps."""
-    ts = ddim_timesteps(s.num_timesteps, num_steps)[::-1]
-    prev = np.append(ts[1:], s.num_timesteps)  # index T holds alpha_bar = 1
+    T, alphas_cumprod = process.num_timesteps, process.schedule.alphas_cumprod
+    ts = ddim_timesteps(T, num_steps)[::-1]
+    prev = np.append(ts[1:], T)  # index T holds alpha_bar = 1
     key, k0 = jax.random.split(key)
     x = constrain(jax.random.normal(k0, shape))
-    ab_all = jnp.concatenate([s.alphas_cumprod, jnp.ones((1,), s.alphas_cumprod.dtype)])
+    ab_all = jnp.concatenate([alphas_cumprod, jnp.ones((1,), alphas_cumprod.dtype)])
 
     def body(x, inp):
         i, t_i, p_i = inp
         t = jnp.full(shape[:1], t_i, jnp.int32)
-        x0_hat = jnp.clip(g.predict_x0(s, target, x, t, apply_fn(x, t)), -1.0, 1.0)
-        eps = g.predict_eps(s, x, t, x0_hat)
+        x0_hat = jnp.clip(process.predict_x0(x, t, apply_fn(x, t)), -1.0, 1.0)
+        eps = process.predict_eps(x, t, x0_hat)
         ab, ab_prev = ab_all[t_i], ab_all[p_i]
         sigma = eta * jnp.sqrt((1 - ab_prev) / (1 - ab) * (1 - ab / ab_prev))
         z = constrain(jax.random.normal(jax.random.fold_in(key, i), shape))

@@ -11,6 +11,7 @@ Choices a formula leaves open, written down:
   betas (as improved-diffusion does), not taken from the closed form.
 - All tables are computed in float64 with numpy and stored as float32 jax arrays (the bound is evaluated in float32).
 """
+
 import dataclasses
 import math
 
@@ -32,7 +33,7 @@ def betas_for(name: str, num_timesteps: int) -> np.ndarray:
         f = lambda u: np.cos((u + 0.008) / 1.008 * np.pi / 2) ** 2
         i = np.arange(T, dtype=np.float64)
         return np.minimum(1.0 - f((i + 1) / T) / f(i / T), 0.999)
-    raise ValueError(f"config.diffusion.schedule={name!r} is not one of {', '.join(SCHEDULES)}")
+    raise ValueError(f"schedule {name!r} is not one of {', '.join(SCHEDULES)}")
 
 
 @dataclasses.dataclass(frozen=True)

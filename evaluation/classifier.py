@@ -5,6 +5,7 @@ Trained deterministically (fixed init key, fixed data order, one device, float32
 cached, keyed by a hash of everything that defines it, under config.eval.fid.classifier_cache (default
 ~/.cache/adaptive-timesteps). Its accuracy on the 297 test digits is stored with it and reported next to every FID.
 """
+
 import hashlib
 import json
 import os
@@ -44,7 +45,7 @@ def train_classifier():
     """(params, test accuracy) of the classifier, trained from scratch (a few seconds on a CPU)."""
     import optax
 
-    from data.sources import digits_arrays
+    from data.digits import digits_arrays
 
     (xtr, ytr), (xte, yte) = digits_arrays()
     net = DigitsNet()
@@ -56,6 +57,7 @@ def train_classifier():
     def step(params, opt, x, y):
         def loss_fn(p):
             return optax.softmax_cross_entropy_with_integer_labels(net.apply(p, x), y).mean()
+
         grads = jax.grad(loss_fn)(params)
         upd, opt = tx.update(grads, opt, params)
         return optax.apply_updates(params, upd), opt
@@ -64,7 +66,7 @@ def train_classifier():
     for _ in range(RECIPE["epochs"]):
         perm = rng.permutation(len(xtr))
         for i in range(0, len(xtr) - B + 1, B):
-            params, opt = step(params, opt, xtr[perm[i:i + B]], ytr[perm[i:i + B]])
+            params, opt = step(params, opt, xtr[perm[i : i + B]], ytr[perm[i : i + B]])
     acc = float((np.asarray(jax.jit(net.apply)(params, xte)).argmax(-1) == yte).mean())
     h = np.asarray(jax.jit(lambda p, x: net.apply(p, x, features_only=True))(params, xtr), np.float64)
     return params, acc, float(np.sqrt(np.mean(h**2)))
@@ -78,12 +80,14 @@ def load_or_train(cache_dir: str = ""):
     if os.path.exists(path):
         with np.load(path) as z:
             stored = [z[f"p{i}"] for i in range(len(leaves))]
-            if all(a.shape == l.shape for a, l in zip(stored, leaves)):
+            if all(a.shape == leaf.shape for a, leaf in zip(stored, leaves)):
                 return jax.tree.unflatten(treedef, stored), float(z["test_accuracy"]), float(z["scale"])
     params, acc, scale = train_classifier()
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp.npz"
-    np.savez(tmp, test_accuracy=acc, scale=scale, **{f"p{i}": np.asarray(a) for i, a in enumerate(jax.tree.leaves(params))})
+    np.savez(
+        tmp, test_accuracy=acc, scale=scale, **{f"p{i}": np.asarray(a) for i, a in enumerate(jax.tree.leaves(params))}
+    )
     os.replace(tmp, path)  # concurrent writers (test workers, processes) write the same bytes
     return params, acc, scale
 
@@ -94,7 +98,10 @@ def make_feature_fn(params, scale):
     params = jax.device_put(params, jax.local_devices()[0])
 
     def features(images_u8, batch=1000):
-        out = [np.asarray(fn(params, jax.device_put(np.asarray(images_u8[i:i + batch]), jax.local_devices()[0])))
-               for i in range(0, len(images_u8), batch)]
+        out = [
+            np.asarray(fn(params, jax.device_put(np.asarray(images_u8[i : i + batch]), jax.local_devices()[0])))
+            for i in range(0, len(images_u8), batch)
+        ]
         return np.concatenate(out).astype(np.float64) / scale
+
     return features

@@ -10,9 +10,10 @@
   format) and, optionally, `features` [N, 2048] for KID, as `python -m evaluation.reference` writes it (with the
   dataset and image size, checked against the config).
 """
+
 import dataclasses
 import os
-from typing import Callable, Optional
+from typing import Callable
 
 import numpy as np
 
@@ -27,7 +28,7 @@ class FeatureSpace:
     features: Callable  # uint8 [N, H, W, C] -> float64 [N, d]
     mu: np.ndarray
     sigma: np.ndarray
-    reference_features: Optional[np.ndarray]
+    reference_features: np.ndarray | None
     protocol: dict  # what the reference is, weights, classifier accuracy
 
     def score(self, images_u8, kid_subsets=100, kid_subset_size=1000) -> dict:
@@ -41,8 +42,8 @@ class FeatureSpace:
         return out
 
 
-def kind(config) -> Optional[str]:
-    """"classifier", "inception" or None (no FID) for the config."""
+def kind(config) -> str | None:
+    """ "classifier", "inception" or None (no FID) for the config."""
     f = config.eval.fid
     if f.features != "auto":
         return f.features
@@ -51,18 +52,20 @@ def kind(config) -> Optional[str]:
     return "inception" if f.inception_weights else None
 
 
-def fid_unavailable_reason(config) -> Optional[str]:
+def fid_unavailable_reason(config) -> str | None:
     if kind(config) is not None:
         return None
-    return (f"no FID for config.data.name={config.data.name!r}: set config.eval.fid.inception_weights (pytorch-fid's "
-            f"pt_inception-2015-12-05-6726825d.pth) and config.eval.fid.reference_stats (README: FID)")
+    return (
+        f"no FID for config.data.name={config.data.name!r}: set config.eval.fid.inception_weights (pytorch-fid's "
+        f"pt_inception-2015-12-05-6726825d.pth) and config.eval.fid.reference_stats (README: FID)"
+    )
 
 
-def make_feature_space(config) -> Optional[FeatureSpace]:
+def make_feature_space(config) -> FeatureSpace | None:
     """The config's FeatureSpace, or None when it has none (fid_unavailable_reason says why)."""
     f = config.eval.fid
     if kind(config) == "classifier":
-        from data.sources import digits_arrays
+        from data.digits import digits_arrays
         from evaluation import classifier
 
         params, acc, scale = classifier.load_or_train(f.classifier_cache)
@@ -70,10 +73,19 @@ def make_feature_space(config) -> Optional[FeatureSpace]:
         (train, _), _ = digits_arrays()
         ref = fn(train)
         mu, sigma = frechet.statistics(ref)
-        return FeatureSpace("digits_classifier", fn, mu, sigma, ref, dict(
-            features=f"digits classifier, {classifier.FEATURE_DIM}-d penultimate layer (evaluation/classifier.py); "
-                     f"test accuracy {acc:.4f}",
-            reference=f"the {len(train)} training digits", cache=classifier.cache_path(f.classifier_cache)))
+        return FeatureSpace(
+            "digits_classifier",
+            fn,
+            mu,
+            sigma,
+            ref,
+            dict(
+                features=f"digits classifier, {classifier.FEATURE_DIM}-d penultimate layer (evaluation/classifier.py); "
+                f"test accuracy {acc:.4f}",
+                reference=f"the {len(train)} training digits",
+                cache=classifier.cache_path(f.classifier_cache),
+            ),
+        )
     if kind(config) is None:
         return None
     from evaluation import inception
@@ -82,9 +94,18 @@ def make_feature_space(config) -> Optional[FeatureSpace]:
         mu, sigma = z["mu"], z["sigma"]
         ref = z["features"] if "features" in z.files else None
     fn = inception.make_feature_fn(inception.load_weights(f.inception_weights))
-    return FeatureSpace("inception_v3_pool3", fn, mu, sigma, ref, dict(
-        features="FID InceptionV3 pool3 (pytorch-fid weights)", weights=os.path.abspath(f.inception_weights),
-        reference=os.path.abspath(f.reference_stats) + ("" if ref is not None else " (mu/sigma only: no KID)")))
+    return FeatureSpace(
+        "inception_v3_pool3",
+        fn,
+        mu,
+        sigma,
+        ref,
+        dict(
+            features="FID InceptionV3 pool3 (pytorch-fid weights)",
+            weights=os.path.abspath(f.inception_weights),
+            reference=os.path.abspath(f.reference_stats) + ("" if ref is not None else " (mu/sigma only: no KID)"),
+        ),
+    )
 
 
 def check_reference_stats(config):
@@ -103,6 +124,8 @@ def check_reference_stats(config):
             return f"holds statistics of {d} features; the FID Inception's pool3 has 2048"
         for k, want in (("dataset", config.data.name), ("image_size", config.data.image_size)):
             if k in z.files and z[k].item() != want:
-                return (f"was made for {k} {z[k].item()!r}, this config has {want!r}: make this dataset's statistics "
-                        f"with `python -m evaluation.reference`")
+                return (
+                    f"was made for {k} {z[k].item()!r}, this config has {want!r}: make this dataset's statistics "
+                    f"with `python -m evaluation.reference`"
+                )
     return None

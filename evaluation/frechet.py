@@ -11,6 +11,7 @@ kernel k(x, y) = (x . y / d + 1)^3, averaged over `num_subsets` random subsets o
 replacement from each set (subset_size is capped at the smaller set; subsets from np.random.default_rng(seed)).
 Reported as the mean and the standard deviation over subsets. Unbiased: it can be slightly negative.
 """
+
 import numpy as np
 
 
@@ -31,8 +32,9 @@ def frechet_distance(mu1, sigma1, mu2, sigma2) -> float:
     mu1, mu2 = np.asarray(mu1, np.float64), np.asarray(mu2, np.float64)
     s1, s2 = np.atleast_2d(np.asarray(sigma1, np.float64)), np.atleast_2d(np.asarray(sigma2, np.float64))
     if mu1.shape != mu2.shape or s1.shape != s2.shape or s1.shape != mu1.shape * 2:
-        raise ValueError(f"feature statistics differ in dimension: mu {mu1.shape} vs {mu2.shape}, "
-                         f"sigma {s1.shape} vs {s2.shape}")
+        raise ValueError(
+            f"feature statistics differ in dimension: mu {mu1.shape} vs {mu2.shape}, sigma {s1.shape} vs {s2.shape}"
+        )
     r1 = _psd_sqrt(s1)
     m = r1 @ s2 @ r1
     tr_covmean = np.sqrt(np.clip(np.linalg.eigvalsh((m + m.T) / 2), 0.0, None)).sum()
@@ -50,8 +52,11 @@ def _mmd2_unbiased(x, y):
     kxx = (x @ x.T / d + 1.0) ** 3
     kyy = (y @ y.T / d + 1.0) ** 3
     kxy = (x @ y.T / d + 1.0) ** 3
-    return ((kxx.sum() - np.trace(kxx)) / (m * (m - 1)) + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
-            - 2.0 * kxy.sum() / (m * m))
+    return (
+        (kxx.sum() - np.trace(kxx)) / (m * (m - 1))
+        + (kyy.sum() - np.trace(kyy)) / (m * (m - 1))
+        - 2.0 * kxy.sum() / (m * m)
+    )
 
 
 def kid(f1, f2, num_subsets: int = 100, subset_size: int = 1000, seed: int = 0):
@@ -63,6 +68,10 @@ def kid(f1, f2, num_subsets: int = 100, subset_size: int = 1000, seed: int = 0):
     if m < 2:
         raise ValueError(f"KID needs at least 2 features per set, got {len(f1)} and {len(f2)}")
     rng = np.random.default_rng(seed)
-    vals = np.array([_mmd2_unbiased(f1[rng.choice(len(f1), m, replace=False)],
-                                    f2[rng.choice(len(f2), m, replace=False)]) for _ in range(num_subsets)])
+    vals = np.array(
+        [
+            _mmd2_unbiased(f1[rng.choice(len(f1), m, replace=False)], f2[rng.choice(len(f2), m, replace=False)])
+            for _ in range(num_subsets)
+        ]
+    )
     return float(vals.mean()), float(vals.std()), m

@@ -11,8 +11,10 @@ F.interpolate(mode="bilinear", align_corners=False)), then to [-1, 1]. Output: t
 Weights: pytorch-fid's release file pt_inception-2015-12-05-6726825d.pth (README: where to get it), read without
 PyTorch by evaluation/torch_file.py and mapped by name: `X.conv.weight` [O, I, kh, kw] -> Flax kernel
 [kh, kw, I, O]; `X.bn.{weight, bias, running_mean, running_var}` -> scale, bias, mean, var. tests/test_inception.py
-compares the features with pytorch-fid's own module on the same weights (fixture made by tests/fixtures/make_inception_fixture.py).
+compares the features with pytorch-fid's own module on the same weights (fixture made by
+tests/fixtures/make_inception_fixture.py).
 """
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -31,8 +33,9 @@ class BasicConv(nn.Module):
     @nn.compact
     def __call__(self, x):
         ph, pw = self.padding
-        x = nn.Conv(self.features, self.kernel, self.strides, padding=((ph, ph), (pw, pw)), use_bias=False,
-                    name="conv")(x)
+        x = nn.Conv(
+            self.features, self.kernel, self.strides, padding=((ph, ph), (pw, pw)), use_bias=False, name="conv"
+        )(x)
         x = nn.BatchNorm(use_running_average=True, epsilon=BN_EPS, name="bn")(x)
         return nn.relu(x)
 
@@ -112,12 +115,22 @@ class InceptionE(nn.Module):
     def __call__(self, x):
         b1 = BasicConv(320, (1, 1), name="branch1x1")(x)
         b3 = BasicConv(384, (1, 1), name="branch3x3_1")(x)
-        b3 = jnp.concatenate([BasicConv(384, (1, 3), padding=(0, 1), name="branch3x3_2a")(b3),
-                              BasicConv(384, (3, 1), padding=(1, 0), name="branch3x3_2b")(b3)], axis=-1)
+        b3 = jnp.concatenate(
+            [
+                BasicConv(384, (1, 3), padding=(0, 1), name="branch3x3_2a")(b3),
+                BasicConv(384, (3, 1), padding=(1, 0), name="branch3x3_2b")(b3),
+            ],
+            axis=-1,
+        )
         bd = BasicConv(448, (1, 1), name="branch3x3dbl_1")(x)
         bd = BasicConv(384, (3, 3), padding=(1, 1), name="branch3x3dbl_2")(bd)
-        bd = jnp.concatenate([BasicConv(384, (1, 3), padding=(0, 1), name="branch3x3dbl_3a")(bd),
-                              BasicConv(384, (3, 1), padding=(1, 0), name="branch3x3dbl_3b")(bd)], axis=-1)
+        bd = jnp.concatenate(
+            [
+                BasicConv(384, (1, 3), padding=(0, 1), name="branch3x3dbl_3a")(bd),
+                BasicConv(384, (3, 1), padding=(1, 0), name="branch3x3dbl_3b")(bd),
+            ],
+            axis=-1,
+        )
         pooled = _max_pool_same(x) if self.max_pool else _avg_pool_same(x)
         bp = BasicConv(192, (1, 1), name="branch_pool")(pooled)
         return jnp.concatenate([b1, b3, bd, bp], axis=-1)
@@ -156,9 +169,13 @@ def variables_from_state_dict(state_dict: dict):
     """Flax variables {params, batch_stats} of InceptionV3 from pytorch-fid's state dict {name: array}. Raises
     ValueError naming the first missing or mis-shaped entry (a file of another network)."""
     template = jax.eval_shape(lambda: InceptionV3().init(jax.random.PRNGKey(0), jnp.zeros((1, 75, 75, 3), jnp.uint8)))
-    torch_name = {("params", "conv", "kernel"): "conv.weight", ("params", "bn", "scale"): "bn.weight",
-                  ("params", "bn", "bias"): "bn.bias", ("batch_stats", "bn", "mean"): "bn.running_mean",
-                  ("batch_stats", "bn", "var"): "bn.running_var"}
+    torch_name = {
+        ("params", "conv", "kernel"): "conv.weight",
+        ("params", "bn", "scale"): "bn.weight",
+        ("params", "bn", "bias"): "bn.bias",
+        ("batch_stats", "bn", "mean"): "bn.running_mean",
+        ("batch_stats", "bn", "var"): "bn.running_var",
+    }
 
     def convert(path, leaf):
         keys = [p.key for p in path]
@@ -192,6 +209,7 @@ def make_feature_fn(variables, batch: int = 200):
     variables = jax.device_put(variables, jax.local_devices()[0])
 
     def features(images_u8):
-        out = [np.asarray(fn(variables, np.asarray(images_u8[i:i + batch]))) for i in range(0, len(images_u8), batch)]
+        out = [np.asarray(fn(variables, np.asarray(images_u8[i : i + batch]))) for i in range(0, len(images_u8), batch)]
         return np.concatenate(out).astype(np.float64)
+
     return features

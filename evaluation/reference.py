@@ -9,6 +9,7 @@ FID InceptionV3 on the uint8 images and writes an .npz: mu [2048], sigma [2048, 
 num_images, weights. Point config.eval.fid.reference_stats at it. pytorch-fid's own .npz (mu, sigma) works as well
 (no KID then). An existing --output is not overwritten.
 """
+
 import os
 import sys
 import time
@@ -27,8 +28,9 @@ def _define_flags():  # only when run as a program: importing write_reference de
     flags.DEFINE_bool("no_features", False, "Write mu and sigma only (no KID against these statistics).")
 
 
-def write_reference(config, output: str, split: str = "train", max_images: int = -1, features: bool = True,
-                    log=print) -> dict:
+def write_reference(
+    config, output: str, split: str = "train", max_images: int = -1, features: bool = True, log=print
+) -> dict:
     """Compute and write the reference statistics (see the module docstring); returns what was written.
     Raises FileExistsError rather than overwrite `output`."""
     import numpy as np
@@ -38,7 +40,7 @@ def write_reference(config, output: str, split: str = "train", max_images: int =
 
     if os.path.exists(output):
         raise FileExistsError(f"--output={output} exists; not overwriting it")
-    source = load_split(config, split)
+    source = load_split(config.data, split)
     n = len(source) if max_images < 0 else min(max_images, len(source))
     fn = inception.make_feature_fn(inception.load_weights(config.eval.fid.inception_weights))
     t0, feats = time.perf_counter(), []
@@ -47,8 +49,15 @@ def write_reference(config, output: str, split: str = "train", max_images: int =
         log(f"{min(n, i + 1000)}/{n} images, {time.perf_counter() - t0:.0f} s")
     f = np.concatenate(feats)
     mu, sigma = frechet.statistics(f)
-    out = dict(mu=mu, sigma=sigma, dataset=config.data.name, split=split, image_size=config.data.image_size,
-               num_images=n, weights=os.path.basename(config.eval.fid.inception_weights))
+    out = dict(
+        mu=mu,
+        sigma=sigma,
+        dataset=config.data.name,
+        split=split,
+        image_size=config.data.image_size,
+        num_images=n,
+        weights=os.path.basename(config.eval.fid.inception_weights),
+    )
     if features:
         out["features"] = f.astype(np.float32)
     tmp = output + ".tmp.npz"
@@ -61,12 +70,16 @@ def main(argv):
     del argv
     c = FLAGS.config
     if not c.eval.fid.inception_weights or not os.path.isfile(c.eval.fid.inception_weights):
-        print(f"error: config.eval.fid.inception_weights={c.eval.fid.inception_weights!r}: no such file (pytorch-fid's "
-              f"pt_inception-2015-12-05-6726825d.pth; README: FID)", file=sys.stderr)
+        print(
+            f"error: config.eval.fid.inception_weights={c.eval.fid.inception_weights!r}: no such file (pytorch-fid's "
+            f"pt_inception-2015-12-05-6726825d.pth; README: FID)",
+            file=sys.stderr,
+        )
         return 2
     try:
-        out = write_reference(c, FLAGS.output, FLAGS.split, FLAGS.max_images, not FLAGS.no_features,
-                              log=lambda m: print(m, flush=True))
+        out = write_reference(
+            c, FLAGS.output, FLAGS.split, FLAGS.max_images, not FLAGS.no_features, log=lambda m: print(m, flush=True)
+        )
     except FileExistsError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ then each storage's raw bytes after an 8-byte element count), which is what pyto
 pt_inception-2015-12-05-6726825d.pth uses. Only what a state dict holds is understood: tensors (rebuilt from storage,
 offset, size and stride) in (Ordered)dicts; any other class in the pickle is refused, so a file cannot run code.
 """
+
 import collections
 import io
 import pickle
@@ -15,11 +16,24 @@ import zipfile
 import numpy as np
 
 _DTYPES = {
-    "FloatStorage": np.float32, "DoubleStorage": np.float64, "HalfStorage": np.float16, "LongStorage": np.int64,
-    "IntStorage": np.int32, "ShortStorage": np.int16, "CharStorage": np.int8, "ByteStorage": np.uint8,
+    "FloatStorage": np.float32,
+    "DoubleStorage": np.float64,
+    "HalfStorage": np.float16,
+    "LongStorage": np.int64,
+    "IntStorage": np.int32,
+    "ShortStorage": np.int16,
+    "CharStorage": np.int8,
+    "ByteStorage": np.uint8,
     "BoolStorage": np.bool_,
-    "float32": np.float32, "float64": np.float64, "float16": np.float16, "int64": np.int64, "int32": np.int32,
-    "int16": np.int16, "int8": np.int8, "uint8": np.uint8, "bool": np.bool_,
+    "float32": np.float32,
+    "float64": np.float64,
+    "float16": np.float16,
+    "int64": np.int64,
+    "int32": np.int32,
+    "int16": np.int16,
+    "int8": np.int8,
+    "uint8": np.uint8,
+    "bool": np.bool_,
 }
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 
@@ -39,7 +53,9 @@ def _rebuild_tensor(storage, offset, size, stride, *unused):
     if len(size) == 0:
         return a[offset].copy()
     item = a.itemsize
-    return np.lib.stride_tricks.as_strided(a[offset:], shape=tuple(size), strides=tuple(s * item for s in stride)).copy()
+    return np.lib.stride_tricks.as_strided(
+        a[offset:], shape=tuple(size), strides=tuple(s * item for s in stride)
+    ).copy()
 
 
 class _Unpickler(pickle.Unpickler):

@@ -6,24 +6,35 @@ block (res, attention, res); the mirrored upsampling path with skip connections 
 GroupNorm, swish, 3x3 conv out (zero-initialised). With ch=128, ch_mult=(1, 2, 2, 2), 2 res blocks, attention at 16
 and 32x32x3 input it has the 35.7M parameters of the DDPM CIFAR-10 model.
 """
+
 import math
 from typing import Sequence
 
 import flax.linen as nn
 import jax.numpy as jnp
 
+from core.fields import FieldError, Int, Ints, Num
+from models.base import MODELS
+
 
 def check_image_size(image_size: int, ch_mult: Sequence[int], attn_resolutions: Sequence[int]):
-    """Raise ValueError naming the field when the UNet cannot take this image size."""
+    """Raise FieldError naming the UNet field when the UNet cannot take this image size."""
     factor = 2 ** (len(ch_mult) - 1)
     if image_size < 1 or image_size % factor:
-        raise ValueError(f"config.data.image_size={image_size} must be a positive multiple of {factor} "
-                         f"(2 ** (len(config.model.ch_mult) - 1) for ch_mult={tuple(ch_mult)})")
+        raise FieldError(
+            "ch_mult",
+            tuple(ch_mult),
+            f"{len(ch_mult) - 1} downsamplings need an image size that is a positive multiple of "
+            f"{factor}; config.data.image_size is {image_size}",
+        )
     resolutions = {image_size // 2**i for i in range(len(ch_mult))}
     bad = [r for r in attn_resolutions if r not in resolutions]
     if bad:
-        raise ValueError(f"config.model.attn_resolutions={tuple(attn_resolutions)} has {bad}, not a resolution of "
-                         f"this UNet; allowed: {sorted(resolutions, reverse=True)}")
+        raise FieldError(
+            "attn_resolutions",
+            tuple(attn_resolutions),
+            f"{bad} is not a resolution of this UNet; allowed: {sorted(resolutions, reverse=True)}",
+        )
 
 
 def timestep_embedding(t, dim: int, max_period: float = 10000.0):
@@ -108,7 +119,9 @@ class UNet(nn.Module):
 
         for level, mult in reversed(list(enumerate(self.ch_mult))):
             for _ in range(self.num_res_blocks + 1):
-                h = ResBlock(self.ch * mult, dropout=self.dropout, **kw)(jnp.concatenate([h, skips.pop()], -1), temb, train)
+                h = ResBlock(self.ch * mult, dropout=self.dropout, **kw)(
+                    jnp.concatenate([h, skips.pop()], -1), temb, train
+                )
                 if h.shape[1] in self.attn_resolutions:
                     h = AttnBlock(**kw)(h)
             if level != 0:
@@ -119,3 +132,38 @@ class UNet(nn.Module):
         h = nn.swish(nn.GroupNorm(self.num_groups, dtype=self.dtype)(h))
         h = nn.Conv(out_channels, (3, 3), kernel_init=nn.initializers.zeros, dtype=self.dtype)(h)
         return h.astype(jnp.float32)
+
+
+@MODELS.register
+class UNetModel:
+    """The registered part: the UNet's config fields (defaults: the digits' 280k-parameter UNet, sized so that a
+    step at batch 128 runs at >= 10 steps/s on 2 CPU cores, README) and its construction."""
+
+    name = "unet"
+    FIELDS = dict(
+        ch=Int(16, 1),
+        ch_mult=Ints((1, 2, 2), 1),
+        num_res_blocks=Int(1, 1),
+        attn_resolutions=Ints((4,), 1, allow_empty=True),
+        dropout=Num(0.1, 0.0, 1.0, hi_open=True),
+        num_groups=Int(4, 1),
+    )
+
+    @classmethod
+    def check(cls, cfg, ctx):
+        check_image_size(ctx["image_size"], cfg.ch_mult, cfg.attn_resolutions)
+        widths = [cfg.ch * m for m in cfg.ch_mult]
+        if any(w % cfg.num_groups for w in widths):
+            raise FieldError("num_groups", cfg.num_groups, f"must divide every level's channel count {widths}")
+
+    @classmethod
+    def build(cls, cfg) -> UNet:
+        return UNet(
+            ch=cfg.ch,
+            ch_mult=tuple(cfg.ch_mult),
+            num_res_blocks=cfg.num_res_blocks,
+            attn_resolutions=tuple(cfg.attn_resolutions),
+            dropout=cfg.dropout,
+            num_groups=cfg.num_groups,
+            dtype=jnp.dtype(cfg.dtype),
+        )

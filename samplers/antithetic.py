@@ -5,12 +5,14 @@ t_i = floor(u_i T). Each t_i is marginally uniform on 0..T-1 (weight 1), and the
 lowers the variance of the batch loss. The grid is laid over the global batch, so each device's shard holds a
 different stretch of it and the result does not depend on the device count.
 """
+
 import jax
 import jax.numpy as jnp
 
-from samplers.base import Sampler
+from samplers.base import SAMPLERS, Sampler
 
 
+@SAMPLERS.register
 class AntitheticSampler(Sampler):
     name = "antithetic"
 

@@ -1,4 +1,8 @@
-"""The timestep-sampler contract.
+"""The timestep-sampler contract and registry.
+
+A sampler is one module: a Sampler subclass with a `name`, its own config fields (`FIELDS`, see core/registry.py)
+and `@SAMPLERS.register`. Its constructor receives its own sub-config (config.sampler.<name>), the diffusion process
+(the time domain: T = process.num_timesteps) and the global batch size, never the whole config.
 
 A sampler turns a sampler state (a pytree carried in the train state) into timesteps and per-example loss weights,
 and updates that state from what the train step computed. Every method is traced inside the one jitted train step,
@@ -11,6 +15,7 @@ so it must be pure and shape-stable; branching on traced values uses lax.cond.
 `weights` multiply the per-example loss (importance weights; 1 for samplers that deliberately re-weight the
 objective). They are separate from the loss weighting (weightings/), which depends on t only.
 """
+
 import dataclasses
 from typing import Any, Callable, Dict, Tuple
 
@@ -18,7 +23,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffusion.schedules import Schedule
+from core.registry import NESTED, Registry
+
+SAMPLERS = Registry("sampler", NESTED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,15 +56,13 @@ class Sampler:
     """Base class: stateless uniform behaviour for update; subclasses override what they need."""
 
     name = "base"
+    FIELDS: Dict[str, Any] = {}
 
-    def __init__(self, config, schedule: Schedule):
-        self.config = config
-        self.schedule = schedule
-        self.T = schedule.num_timesteps
-
-    @classmethod
-    def validate(cls, config) -> None:
-        """Raise ValueError naming the field when the sampler's config fields are out of range."""
+    def __init__(self, cfg, process, batch_size: int):
+        self.cfg = cfg  # this sampler's own sub-config
+        self.process = process
+        self.batch_size = batch_size
+        self.T = process.num_timesteps
 
     def init(self, key, x0) -> Any:
         return {}
@@ -113,15 +118,15 @@ class TableSampler(Sampler):
 
 
 class FixedTableSampler(TableSampler):
-    """A TableSampler with a table fixed at construction: subclasses define `table(config, schedule)` (float64)."""
+    """A TableSampler with a table fixed at construction: subclasses define `table(cfg, process)` (float64)."""
 
     @classmethod
-    def table(cls, config, schedule) -> np.ndarray:
+    def table(cls, cfg, process) -> np.ndarray:
         raise NotImplementedError
 
-    def __init__(self, config, schedule):
-        super().__init__(config, schedule)
-        self.p64 = self.table(config, schedule)
+    def __init__(self, cfg, process, batch_size):
+        super().__init__(cfg, process, batch_size)
+        self.p64 = self.table(cfg, process)
         self.p = jnp.asarray(self.p64, jnp.float32)
         self._cdf = jnp.asarray(np.cumsum(self.p64) / np.sum(self.p64), jnp.float32)  # in float64, then rounded
 

@@ -5,6 +5,7 @@ As in sklearn's f_regression(force_finite=True): an undefined F (a constant colu
 |r| = 1 gives the largest float. Ties are broken as SelectKBest does (its stable argsort keeps the highest
 indices), so the selected set equals sklearn's.
 """
+
 import jax
 import jax.numpy as jnp
 

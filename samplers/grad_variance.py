@@ -14,50 +14,53 @@ The paper states the idea, not an estimator; this one is ours, written down here
   1 / (T p(t)) with `importance_weights`.
 The probe costs 2 num_bins per-example gradients every `update_every` steps, computed bin by bin under lax.cond.
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
 
-from samplers.base import TableSampler
+from core.fields import Bool, FieldError, Int, Num
+from samplers.base import SAMPLERS, TableSampler
 
 
+@SAMPLERS.register
 class GradVarianceSampler(TableSampler):
     name = "grad_variance"
+    FIELDS = dict(
+        num_bins=Int(20, 1, "T"),
+        update_every=Int(40, 1, mutable=True),
+        decay=Num(0.9, 0.0, 1.0, hi_open=True),
+        uniform_prob=Num(0.001, 0.0, 1.0, lo_open=True),
+        importance_weights=Bool(False),
+    )
 
     @classmethod
-    def validate(cls, config):
-        s, T = config.sampler.grad_variance, config.diffusion.num_timesteps
-        if not 1 <= s.num_bins <= T:
-            raise ValueError(f"config.sampler.grad_variance.num_bins={s.num_bins} must be in 1..{T} "
-                             f"(config.diffusion.num_timesteps)")
-        if not s.update_every >= 1:
-            raise ValueError(f"config.sampler.grad_variance.update_every={s.update_every} must be >= 1")
-        if not 0.0 <= s.decay < 1.0:
-            raise ValueError(f"config.sampler.grad_variance.decay={s.decay} must be in [0, 1)")
-        if not 0.0 < s.uniform_prob <= 1.0:
-            raise ValueError(f"config.sampler.grad_variance.uniform_prob={s.uniform_prob} must be in (0, 1]")
-        if config.train.batch_size < 2:
-            raise ValueError(f"config.train.batch_size={config.train.batch_size} must be >= 2 for the "
-                             f"grad_variance sampler (two images per bin)")
+    def check(cls, cfg, ctx):
+        if ctx["B"] < 2:  # two images per bin
+            raise FieldError(
+                "num_bins",
+                cfg.num_bins,
+                f"needs a batch of at least 2 images (two per bin); config.train.batch_size is {ctx['B']}",
+            )
 
-    def __init__(self, config, schedule):
-        super().__init__(config, schedule)
-        self.s = config.sampler.grad_variance
-        self.importance = bool(self.s.importance_weights)
-        nb = self.s.num_bins
+    def __init__(self, cfg, process, batch_size):
+        super().__init__(cfg, process, batch_size)
+        self.importance = bool(cfg.importance_weights)
+        nb = self.cfg.num_bins
         bins = np.arange(self.T) * nb // self.T
         self.bin_of_t = jnp.asarray(bins, jnp.int32)
         self.bin_size = jnp.asarray(np.bincount(bins, minlength=nb), jnp.float32)
         self.bin_start = jnp.asarray(np.searchsorted(bins, np.arange(nb)), jnp.int32)
 
     def init(self, key, x0):
-        nb = self.s.num_bins
-        return dict(ema=jnp.zeros((nb,), jnp.float32), updates=jnp.zeros((), jnp.int32),
-                    last=jnp.zeros((nb,), jnp.float32))
+        nb = self.cfg.num_bins
+        return dict(
+            ema=jnp.zeros((nb,), jnp.float32), updates=jnp.zeros((), jnp.int32), last=jnp.zeros((nb,), jnp.float32)
+        )
 
     def bin_probabilities(self, state):
-        nb, eps = self.s.num_bins, self.s.uniform_prob
+        nb, eps = self.cfg.num_bins, self.cfg.uniform_prob
         est = jnp.maximum(state["ema"], 0.0)
         ready = (state["updates"] > 0) & (jnp.sum(est) > 0)
         p = (1.0 - eps) * est / jnp.where(ready, jnp.sum(est), 1.0) + eps / nb
@@ -67,7 +70,7 @@ class GradVarianceSampler(TableSampler):
         return (self.bin_probabilities(state) / self.bin_size)[self.bin_of_t]
 
     def _estimate(self, state, ctx):
-        nb, B = self.s.num_bins, ctx.x0.shape[0]
+        nb, B = self.cfg.num_bins, ctx.x0.shape[0]
         grad_one = jax.grad(lambda p, x, t, n, k: ctx.example_loss_fn(p, x[None], t[None], n[None], k)[0])
         per_example = jax.vmap(grad_one, in_axes=(None, 0, 0, 0, 0))
 
@@ -77,17 +80,21 @@ class GradVarianceSampler(TableSampler):
             idx = jax.random.choice(k_img, B, (2,), replace=False)
             t = self.bin_start[b] + jnp.floor(jax.random.uniform(k_t, (2,)) * self.bin_size[b]).astype(jnp.int32)
             x = ctx.x0[idx]
-            g = per_example(ctx.params_before, x, t, jax.random.normal(k_noise, x.shape), jax.random.split(k_drop, 2))
-            diff = jax.tree.map(lambda a: a[0] - a[1], g)
+            grads = per_example(
+                ctx.params_before, x, t, jax.random.normal(k_noise, x.shape), jax.random.split(k_drop, 2)
+            )
+            diff = jax.tree.map(lambda a: a[0] - a[1], grads)
             return optax.tree.norm(diff, squared=True) / 2.0
 
         v = jax.lax.map(one_bin, (jnp.arange(nb), jax.random.split(ctx.key, nb)))
-        d = self.s.decay
+        d = self.cfg.decay
         n = state["updates"] + 1
         ema_raw = d * state["ema"] * (1.0 - d ** (n - 1).astype(jnp.float32)) + (1.0 - d) * v
         return dict(ema=ema_raw / (1.0 - d ** n.astype(jnp.float32)), updates=n, last=v)
 
     def update(self, state, ctx):
-        state = jax.lax.cond(ctx.step % self.s.update_every == 0, lambda s: self._estimate(s, ctx), lambda s: s, state)
+        state = jax.lax.cond(
+            ctx.step % self.cfg.update_every == 0, lambda s: self._estimate(s, ctx), lambda s: s, state
+        )
         p = self.bin_probabilities(state)
-        return state, dict(updates=state["updates"], p_max_ratio=jnp.max(p) * self.s.num_bins)
+        return state, dict(updates=state["updates"], p_max_ratio=jnp.max(p) * self.cfg.num_bins)

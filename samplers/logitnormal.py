@@ -9,9 +9,11 @@ step's level, not integrated over cells, without a Jacobian. SpeeD's code also m
 writes the exponent as (logit(n) - m)^2 / 2 * s^2 (the same as ours for s = 1); we do neither.
 A step whose level is 0 or 1 (a zero-terminal-SNR end) gets probability 0 instead of a division by zero.
 """
+
 import numpy as np
 
-from samplers.base import FixedTableSampler
+from core.fields import Num
+from samplers.base import SAMPLERS, FixedTableSampler
 
 
 def logitnormal_density(n: np.ndarray, m: float, s: float) -> np.ndarray:
@@ -21,17 +23,12 @@ def logitnormal_density(n: np.ndarray, m: float, s: float) -> np.ndarray:
     return np.where(inside, pi, 0.0)
 
 
+@SAMPLERS.register
 class LogitNormalSampler(FixedTableSampler):
     name = "logitnormal"
+    FIELDS = dict(mean=Num(0.0, note="(SD3: 0)"), std=Num(1.0, 0, lo_open=True, note="(SD3: 1)"))
 
     @classmethod
-    def validate(cls, config):
-        s = config.sampler.logitnormal
-        if not s.std > 0:
-            raise ValueError(f"config.sampler.logitnormal.std={s.std} must be > 0 (SD3: 1)")
-
-    @classmethod
-    def table(cls, config, schedule):
-        s = config.sampler.logitnormal
-        pi = logitnormal_density(schedule.np64["sqrt_one_minus_alphas_cumprod"], s.mean, s.std)
+    def table(cls, cfg, process):
+        pi = logitnormal_density(process.schedule.np64["sqrt_one_minus_alphas_cumprod"], cfg.mean, cfg.std)
         return pi / pi.sum()

@@ -7,12 +7,14 @@ p(t) = Phi((ln hi_t - mean) / std) - Phi((ln lo_t - mean) / std), lo_0 = 0 and h
 the chain's largest one lands on the last step, one below the smallest on step 0. Loss weight 1 (EDM trains at
 these noise levels deliberately; its loss weight is a separate axis).
 """
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from scipy.special import ndtr
 
-from samplers.base import FixedTableSampler
+from core.fields import Num
+from samplers.base import SAMPLERS, FixedTableSampler
 
 
 def sigmas(schedule) -> np.ndarray:
@@ -31,27 +33,21 @@ def lognormal_probabilities(sig: np.ndarray, mean: float, std: float) -> np.ndar
     return np.diff(ndtr(z))
 
 
+@SAMPLERS.register
 class LogNormalSampler(FixedTableSampler):
     name = "lognormal"
+    FIELDS = dict(mean=Num(-1.2, note="(EDM: -1.2)"), std=Num(1.2, 0, lo_open=True, note="(EDM: 1.2)"))
 
     @classmethod
-    def validate(cls, config):
-        s = config.sampler.lognormal
-        if not s.std > 0:
-            raise ValueError(f"config.sampler.lognormal.std={s.std} must be > 0 (EDM: 1.2)")
+    def table(cls, cfg, process):
+        return lognormal_probabilities(sigmas(process.schedule), cfg.mean, cfg.std)
 
-    @classmethod
-    def table(cls, config, schedule):
-        s = config.sampler.lognormal
-        return lognormal_probabilities(sigmas(schedule), s.mean, s.std)
-
-    def __init__(self, config, schedule):
-        super().__init__(config, schedule)
-        self.log_edges = jnp.asarray(np.log(cell_edges(sigmas(schedule))), jnp.float32)
+    def __init__(self, cfg, process, batch_size):
+        super().__init__(cfg, process, batch_size)
+        self.log_edges = jnp.asarray(np.log(cell_edges(sigmas(process.schedule))), jnp.float32)
 
     def sample(self, state, key, x0):
-        s = self.config.sampler.lognormal
         B = x0.shape[0]
-        log_sigma = s.mean + s.std * jax.random.normal(key, (B,), jnp.float32)
+        log_sigma = self.cfg.mean + self.cfg.std * jax.random.normal(key, (B,), jnp.float32)
         t = jnp.searchsorted(self.log_edges, log_sigma, side="left").astype(jnp.int32)  # midpoints below sigma
         return t, jnp.ones((B,), jnp.float32), {}

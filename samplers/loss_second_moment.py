@@ -11,31 +11,31 @@ from the global batch, processed in batch order, so every device updates the his
 all-gathers the per-GPU losses and processes them in rank order). The history lives in the train state and is
 checkpointed.
 """
+
 import jax
 import jax.numpy as jnp
 
-from samplers.base import TableSampler
+from core.fields import Int, Num
+from samplers.base import SAMPLERS, TableSampler
 
 
+@SAMPLERS.register
 class LossSecondMomentSampler(TableSampler):
     name = "loss_second_moment"
     importance = True
-
-    @classmethod
-    def validate(cls, config):
-        s = config.sampler.loss_second_moment
-        if not s.history >= 1:
-            raise ValueError(f"config.sampler.loss_second_moment.history={s.history} must be >= 1 (reference: 10)")
-        if not 0.0 < s.uniform_prob <= 1.0:
-            raise ValueError(f"config.sampler.loss_second_moment.uniform_prob={s.uniform_prob} must be in (0, 1] "
-                             f"(reference: 0.001); 0 would allow p(t) = 0 and infinite weights")
+    FIELDS = dict(
+        history=Int(10, 1, note="(reference: 10)"),
+        uniform_prob=Num(
+            0.001, 0.0, 1.0, lo_open=True, note="(reference: 0.001); 0 would allow p(t) = 0 and infinite weights"
+        ),
+    )
 
     def init(self, key, x0):
-        H = self.config.sampler.loss_second_moment.history
+        H = self.cfg.history
         return dict(history=jnp.zeros((self.T, H), jnp.float32), count=jnp.zeros((self.T,), jnp.int32))
 
     def probabilities(self, state):
-        eps = self.config.sampler.loss_second_moment.uniform_prob
+        eps = self.cfg.uniform_prob
         H = state["history"].shape[1]
         w = jnp.sqrt(jnp.mean(state["history"] ** 2, axis=1))
         ready = jnp.all(state["count"] >= H) & (jnp.sum(w) > 0)

@@ -5,6 +5,7 @@ image size and channel count works (the reference flattens a fixed 32x32x3 map),
 alpha = softplus(o1) + 1e-5, beta = softplus(o2) + 1e-5. The heads start at weight 0, bias 0.5, so every image
 starts at Beta(0.974, 0.974), close to uniform.
 """
+
 from typing import Sequence
 
 import flax.linen as nn

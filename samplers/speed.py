@@ -13,16 +13,18 @@ Choices written down:
   m = 642 linear, 959 cosine, 829 quad); a dual t' = m - 0 is then clipped to T - 1. When g never drops below 1e-4
   (small T), np.argmax returns 0 and m = 1, exactly as the reference code does.
 """
+
 import jax.numpy as jnp
 import numpy as np
 
-from samplers.base import FixedTableSampler, inverse_cdf
+from core.fields import Int, Num
+from samplers.base import SAMPLERS, FixedTableSampler, inverse_cdf
 
 
 def meaningful_step(schedule) -> int:
     """m = argmax(np.gradient(sqrt(1 - alpha_bar)) < 1e-4) + 1 (SpeeD's `meaningful_steps`)."""
-    g = np.gradient(schedule.np64["sqrt_one_minus_alphas_cumprod"])
-    return int(np.argmax(g < 1e-4) + 1)
+    slope = np.gradient(schedule.np64["sqrt_one_minus_alphas_cumprod"])
+    return int(np.argmax(slope < 1e-4) + 1)
 
 
 def asymmetric_probabilities(T: int, k: float, tau: int) -> np.ndarray:
@@ -35,25 +37,19 @@ def dual(t, m: int, T: int):
     return jnp.minimum(jnp.where(t < m, m - t, t - m), T - 1).astype(jnp.int32)
 
 
+@SAMPLERS.register
 class SpeedSampler(FixedTableSampler):
     name = "speed"
+    # SpeeD's experiment configs (FFHQ: k = 2)
+    FIELDS = dict(k=Num(5.0, 0, lo_open=True, note="(SpeeD's experiments use 5; FFHQ 2)"), tau=Int(700, 1, "T"))
 
     @classmethod
-    def validate(cls, config):
-        s, T = config.sampler.speed, config.diffusion.num_timesteps
-        if not s.k > 0:
-            raise ValueError(f"config.sampler.speed.k={s.k} must be > 0 (SpeeD's experiments use 5; FFHQ 2)")
-        if not 1 <= s.tau <= T:
-            raise ValueError(f"config.sampler.speed.tau={s.tau} must be in 1..{T} (config.diffusion.num_timesteps)")
+    def table(cls, cfg, process):
+        return asymmetric_probabilities(process.num_timesteps, cfg.k, cfg.tau)
 
-    @classmethod
-    def table(cls, config, schedule):
-        s = config.sampler.speed
-        return asymmetric_probabilities(schedule.num_timesteps, s.k, s.tau)
-
-    def __init__(self, config, schedule):
-        super().__init__(config, schedule)
-        self.m = meaningful_step(schedule)
+    def __init__(self, cfg, process, batch_size):
+        super().__init__(cfg, process, batch_size)
+        self.m = meaningful_step(process.schedule)
 
     def sample(self, state, key, x0):
         B = x0.shape[0]

@@ -1,10 +1,12 @@
 """Uniform timesteps: t ~ U{0, ..., T-1}, weight 1 (Ho et al. 2020)."""
+
 import jax
 import jax.numpy as jnp
 
-from samplers.base import Sampler
+from samplers.base import SAMPLERS, Sampler
 
 
+@SAMPLERS.register
 class UniformSampler(Sampler):
     name = "uniform"
 

@@ -1,4 +1,5 @@
 """Tests run on 8 fake CPU devices (set before JAX starts)."""
+
 import os
 import subprocess
 import sys
@@ -6,10 +7,13 @@ import tempfile
 
 os.environ["XLA_FLAGS"] = " ".join(
     [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
-    + ["--xla_force_host_platform_device_count=8",
-       # LLVM's optimisation of the (partitionable) threefry PRNG dominates compile time on CPU: 8 s for ten
-       # random draws at the default level, under 1 s at level 0. Tests compile many small programs and run few steps.
-       "--xla_backend_optimization_level=0"])
+    + [
+        "--xla_force_host_platform_device_count=8",
+        # LLVM's optimisation of the (partitionable) threefry PRNG dominates compile time on CPU: 8 s for ten
+        # random draws at the default level, under 1 s at level 0. Tests compile many small programs and run few steps.
+        "--xla_backend_optimization_level=0",
+    ]
+)
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # Identical programs (the same config built again, e.g. a resumed run) compile once per test session.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", tempfile.mkdtemp(prefix="jax_cache_"))
@@ -20,30 +24,36 @@ sys.path.insert(0, ROOT)
 
 import pytest  # noqa: E402
 
-
 # The default config with a tiny UNet and sampler and a short run: shared by every test (and by main.py runs in
 # subprocesses, as flags) so that they compile the same programs, which the compilation cache then serves.
 TINY = {
-    "model.ch": 8, "model.ch_mult": (1,), "model.attn_resolutions": (8,), "model.num_groups": 4,
-    "train.batch_size": 16, "train.num_steps": 4, "train.log_every": 2, "train.ckpt_every": 2,
-    "train.warmup_steps": 2, "sample.num": 4, "sample.method": "ddim", "sample.ddim_steps": 5,
-    "diagnostics.t_bins": 10, "sampler.adaptive.probe_batch_size": 8, "sampler.adaptive.policy_channels": (8, 16),
-    "sampler.adaptive.policy_hidden": (32,), "sampler.adaptive.sweep_stride": 50, "sampler.adaptive.update_every": 2,
+    "model.ch": 8,
+    "model.ch_mult": (1,),
+    "model.attn_resolutions": (8,),
+    "model.num_groups": 4,
+    "train.batch_size": 16,
+    "train.num_steps": 4,
+    "train.log_every": 2,
+    "train.ckpt_every": 2,
+    "train.warmup_steps": 2,
+    "sample.num": 4,
+    "sample.method": "ddim",
+    "sample.ddim_steps": 5,
+    "diagnostics.t_bins": 10,
+    "sampler.adaptive.probe_batch_size": 8,
+    "sampler.adaptive.policy_channels": (8, 16),
+    "sampler.adaptive.policy_hidden": (32,),
+    "sampler.adaptive.sweep_stride": 50,
+    "sampler.adaptive.update_every": 2,
 }
 
 
 def tiny_config(**overrides):
     """tiny config; overrides such as {"train.num_steps": 4}."""
     from configs.default import get_config
+    from core.fields import override
 
-    c = get_config()
-    for k, v in {**TINY, **overrides}.items():
-        node = c
-        *path, last = k.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = v
-    return c
+    return override(get_config(), {**TINY, **overrides})
 
 
 def tiny_flags(**overrides):

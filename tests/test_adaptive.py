@@ -1,4 +1,7 @@
 """The learned timestep sampler: policy, F-statistic selection, reward, policy learning, the fused step."""
+
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -8,19 +11,17 @@ from scipy import stats
 
 from conftest import tiny_config
 from data import load_split
-from diffusion import make_schedule
-from diffusion import gaussian as g
-from samplers import make_sampler
-from samplers.base import StepContext
+from diffusion import make_process
+from models import make_model
+from samplers import StepContext, make_sampler
 from samplers.fstat import f_statistic, select_k_best
 from samplers.policy import BetaPolicy, beta_entropy, beta_log_prob, u_to_t
-from training.state import make_model
 from training.step import make_terms_fn, to_float
 from training.validate import ConfigError, validate
 
 
 def digits(n):
-    return to_float(jnp.asarray(load_split(tiny_config(), "train").get(np.arange(n))))
+    return to_float(jnp.asarray(load_split(tiny_config().data, "train").get(np.arange(n))))
 
 
 @pytest.mark.parametrize("shape", [(2, 8, 8, 1), (2, 12, 12, 3), (1, 32, 32, 3)])
@@ -62,23 +63,38 @@ def test_f_statistic_selection_matches_sklearn(rows):
 
 
 def _adaptive(**kw):
-    c = tiny_config(**{"sampler.name": "adaptive", "sampler.adaptive.policy_channels": (8, 16), "sampler.adaptive.policy_hidden": (32,),
-                       **kw})
+    c = tiny_config(
+        **{
+            "sampler.name": "adaptive",
+            "sampler.adaptive.policy_channels": (8, 16),
+            "sampler.adaptive.policy_hidden": (32,),
+            **kw,
+        }
+    )
     validate(c)
-    s = make_schedule(c.diffusion.schedule, c.diffusion.num_timesteps)
-    return c, s, make_sampler(c, s)
+    P = make_process(c.diffusion)
+    return c, P, make_sampler(c.sampler, P, c.train.batch_size)
 
 
 def test_reward_is_zero_when_the_update_changes_nothing():
-    c, s, sampler = _adaptive(**{"sampler.adaptive.probe_batch_size": 8})
-    model = make_model(c)
+    c, P, sampler = _adaptive(**{"sampler.adaptive.probe_batch_size": 8})
+    model = make_model(c.model)
     x0 = digits(16)
     params = model.init(jax.random.PRNGKey(0), x0[:1], jnp.zeros((1,), jnp.int32))
     params = jax.tree.map(lambda p: p + 0.01, params)  # a non-zero network (the output conv starts at zero)
     state = sampler.init(jax.random.PRNGKey(1), x0)
     t, _, aux = sampler.sample(state, jax.random.PRNGKey(2), x0)
-    ctx = StepContext(step=jnp.int32(0), key=jax.random.PRNGKey(3), x0=x0, t=t, aux=aux, losses=jnp.zeros(16),
-                      params_before=params, params_after=params, terms_fn=make_terms_fn(model, c, s))
+    ctx = StepContext(
+        step=jnp.int32(0),
+        key=jax.random.PRNGKey(3),
+        x0=x0,
+        t=t,
+        aux=aux,
+        losses=jnp.zeros(16),
+        params_before=params,
+        params_after=params,
+        terms_fn=make_terms_fn(model, P),
+    )
     new, metrics = jax.jit(lambda st: sampler.update(st, ctx))(state)
     assert float(new["reward"]) == 0.0 and int(new["updates"]) == 1
     np.testing.assert_array_equal(np.asarray(new["X"][0]), 0.0)
@@ -86,8 +102,10 @@ def test_reward_is_zero_when_the_update_changes_nothing():
 
 
 def test_reward_is_positive_when_the_update_fits_the_probed_timesteps():
-    c, s, sampler = _adaptive(**{"sampler.adaptive.probe_batch_size": 16, "model.dropout": 0.0, "sampler.adaptive.probe_dropout": False})
-    model = make_model(c)
+    c, P, sampler = _adaptive(
+        **{"sampler.adaptive.probe_batch_size": 16, "model.dropout": 0.0, "sampler.adaptive.probe_dropout": False}
+    )
+    model = make_model(c.model)
     x0 = digits(16)
     params = model.init(jax.random.PRNGKey(0), x0[:1], jnp.zeros((1,), jnp.int32))
     S = jnp.array([300, 400, 500], jnp.int32)
@@ -98,7 +116,7 @@ def test_reward_is_positive_when_the_update_fits_the_probed_timesteps():
     def fit(params, opt, key):  # steps of the eps-MSE at the probed timesteps only
         t = S[jax.random.randint(key, (16,), 0, 3)]
         noise = jax.random.normal(jax.random.fold_in(key, 1), x0.shape)
-        loss = lambda p: jnp.mean((model.apply(p, g.q_sample(s, x0, t, noise), t) - noise) ** 2)
+        loss = lambda p: jnp.mean((model.apply(p, P.q_sample(x0, t, noise), t) - noise) ** 2)
         upd, opt = tx.update(jax.grad(loss)(params), opt, params)
         return optax.apply_updates(params, upd), opt
 
@@ -106,8 +124,17 @@ def test_reward_is_positive_when_the_update_fits_the_probed_timesteps():
     for i in range(30):
         after, opt = fit(after, opt, jax.random.PRNGKey(100 + i))
     t, _, aux = sampler.sample(state, jax.random.PRNGKey(2), x0)
-    ctx = StepContext(step=jnp.int32(0), key=jax.random.PRNGKey(3), x0=x0, t=t, aux=aux, losses=jnp.zeros(16),
-                      params_before=params, params_after=after, terms_fn=make_terms_fn(model, c, s))
+    ctx = StepContext(
+        step=jnp.int32(0),
+        key=jax.random.PRNGKey(3),
+        x0=x0,
+        t=t,
+        aux=aux,
+        losses=jnp.zeros(16),
+        params_before=params,
+        params_after=after,
+        terms_fn=make_terms_fn(model, P),
+    )
     new, _ = jax.jit(lambda st: sampler.update(st, ctx))(state)
     assert float(new["reward"]) > 0.0
 
@@ -116,17 +143,32 @@ def test_policy_moves_its_mass_into_the_band_that_lowers_the_bound():
     """Synthetic problem: the update lowers every probed term by 1 for images whose drawn t is in [600, 800) and
     leaves the others unchanged, so R_i = |S| 1[t_i in band]. The policy must learn to draw from the band."""
     B, lo, hi = 32, 600, 800
-    c, s, sampler = _adaptive(**{"train.batch_size": B, "sampler.adaptive.probe_batch_size": B, "sampler.adaptive.update_every": 1,
-                                 "sampler.adaptive.entropy_coef": 0.0})
+    c, P, sampler = _adaptive(
+        **{
+            "train.batch_size": B,
+            "sampler.adaptive.probe_batch_size": B,
+            "sampler.adaptive.update_every": 1,
+            "sampler.adaptive.entropy_coef": 0.0,
+        }
+    )
     x0 = digits(B)
-    terms = lambda p, x, ts, noise, **kw: jnp.broadcast_to(p[:x.shape[0], None], (x.shape[0], ts.shape[0]))
+    terms = lambda p, x, ts, noise, **kw: jnp.broadcast_to(p[: x.shape[0], None], (x.shape[0], ts.shape[0]))
 
     @jax.jit
     def one_update(state, key):
         t, _, aux = sampler.sample(state, key, x0)
         after = 1.0 - ((t >= lo) & (t < hi)).astype(jnp.float32)
-        ctx = StepContext(step=jnp.int32(0), key=jax.random.fold_in(key, 1), x0=x0, t=t, aux=aux,
-                          losses=jnp.zeros(B), params_before=jnp.ones(B), params_after=after, terms_fn=terms)
+        ctx = StepContext(
+            step=jnp.int32(0),
+            key=jax.random.fold_in(key, 1),
+            x0=x0,
+            t=t,
+            aux=aux,
+            losses=jnp.zeros(B),
+            params_before=jnp.ones(B),
+            params_after=after,
+            terms_fn=terms,
+        )
         return sampler.update(state, ctx)[0], jnp.mean(((t >= lo) & (t < hi)).astype(jnp.float32))
 
     state = sampler.init(jax.random.PRNGKey(0), x0)
@@ -139,9 +181,29 @@ def test_policy_moves_its_mass_into_the_band_that_lowers_the_bound():
 
 
 def test_bad_sampler_settings_are_refused_before_training():
-    for field, value, needle in [("sampler.adaptive.num_selected", 2000, "config.sampler.adaptive.num_selected=2000"),
-                                 ("sampler.adaptive.update_every", 0, "config.sampler.adaptive.update_every=0"),
-                                 ("sampler.adaptive.probe_batch_size", 32, "config.sampler.adaptive.probe_batch_size=32"),
-                                 ("sampler.adaptive.entropy_form", "other", "config.sampler.adaptive.entropy_form='other'")]:
-        with pytest.raises(ConfigError, match=needle.replace("(", r"\(")):
+    for field, value, needle in [
+        (
+            "sampler.adaptive.num_selected",
+            2000,
+            "config.sampler.adaptive.num_selected=2000 is not allowed: |S| must be in 1..20: at most T=1000 and at "
+            "most the 20 timesteps of the sweep grid (stride 50)",
+        ),
+        (
+            "sampler.adaptive.update_every",
+            0,
+            "config.sampler.adaptive.update_every=0 is not allowed: must be an integer >= 1",
+        ),
+        (
+            "sampler.adaptive.probe_batch_size",
+            32,
+            "config.sampler.adaptive.probe_batch_size=32 is not allowed: must be -1 (the whole batch) or a divisor of "
+            "config.train.batch_size=16",
+        ),
+        (
+            "sampler.adaptive.entropy_form",
+            "other",
+            "config.sampler.adaptive.entropy_form='other' is not allowed: must be one of standard, reference",
+        ),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(needle)):
             validate(tiny_config(**{"sampler.name": "adaptive", field: value}))

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from diffusion import DDPM, make_schedule
 from diffusion import gaussian as g
-from diffusion.schedules import make_schedule
 
 S = make_schedule("linear", 1000)
+P = DDPM(S, "eps", "fixed_large")
 
 
 def test_normal_kl_closed_form():
@@ -37,15 +38,18 @@ def test_prior_bpd_closed_form():
     x0 = jnp.zeros((2, 4, 4, 1))
     ab = S.np64["alphas_cumprod"][-1]
     expected = 0.5 * (-1 - math.log(1 - ab) + (1 - ab)) / math.log(2)
-    np.testing.assert_allclose(np.asarray(g.prior_bpd(S, x0)), expected, rtol=1e-4, atol=1e-8)
+    np.testing.assert_allclose(np.asarray(P.prior_bpd(x0)), expected, rtol=1e-4, atol=1e-8)
     x1 = jnp.ones((1, 2, 2, 1))
     expected1 = 0.5 * (-1 - math.log(1 - ab) + (1 - ab) + ab) / math.log(2)
-    np.testing.assert_allclose(np.asarray(g.prior_bpd(S, x1)), expected1, rtol=1e-4)
+    np.testing.assert_allclose(np.asarray(P.prior_bpd(x1)), expected1, rtol=1e-4)
 
 
 def _true_eps_apply(x0):
     def apply(xt, t):
-        return (xt - g.extract(S.sqrt_alphas_cumprod, t, xt.ndim) * x0) / g.extract(S.sqrt_one_minus_alphas_cumprod, t, xt.ndim)
+        return (xt - g.extract(S.sqrt_alphas_cumprod, t, xt.ndim) * x0) / g.extract(
+            S.sqrt_one_minus_alphas_cumprod, t, xt.ndim
+        )
+
     return apply
 
 
@@ -54,8 +58,8 @@ def test_kl_is_zero_for_true_noise_with_fixed_small_variance():
     x0 = jax.random.uniform(key, (3, 4, 4, 1), minval=-1, maxval=1)
     t = jnp.array([1, 200, 999])
     noise = jax.random.normal(jax.random.PRNGKey(1), x0.shape)
-    xt = g.q_sample(S, x0, t, noise)
-    terms = g.vb_terms_bpd(S, "eps", "fixed_small", x0, xt, t, noise)
+    xt = P.q_sample(x0, t, noise)
+    terms = DDPM(S, "eps", "fixed_small").vb_terms_bpd(x0, xt, t, noise)
     np.testing.assert_allclose(np.asarray(terms), 0.0, atol=2e-4)
 
 
@@ -64,9 +68,9 @@ def test_every_target_recovers_x0(target):
     x0 = jax.random.uniform(jax.random.PRNGKey(2), (3, 4, 4, 1), minval=-1, maxval=1)
     t = jnp.array([0, 300, 900])
     noise = jax.random.normal(jax.random.PRNGKey(3), x0.shape)
-    xt = g.q_sample(S, x0, t, noise)
-    out = g.training_target(S, target, x0, t, noise)
-    np.testing.assert_allclose(np.asarray(g.predict_x0(S, target, xt, t, out)), np.asarray(x0), atol=3e-3)
+    xt = P.q_sample(x0, t, noise)
+    out = DDPM(S, target).training_target(x0, t, noise)
+    np.testing.assert_allclose(np.asarray(DDPM(S, target).predict_x0(xt, t, out)), np.asarray(x0), atol=3e-3)
 
 
 def test_kl_term_by_hand_for_zero_model():
@@ -79,9 +83,12 @@ def test_kl_term_by_hand_for_zero_model():
     x0_hat = math.sqrt(1 / s["alphas_cumprod"][t]) * xt
     model_mean = s["posterior_mean_coef1"][t] * x0_hat + s["posterior_mean_coef2"][t] * xt
     lv_true, lv_model = math.log(s["posterior_variance"][t]), math.log(s["betas"][t])
-    kl = 0.5 * (-1 + lv_model - lv_true + math.exp(lv_true - lv_model) + (true_mean - model_mean) ** 2 * math.exp(-lv_model))
-    got = g.vb_terms_bpd(S, "eps", "fixed_large", jnp.asarray(x0, jnp.float32), jnp.asarray([[[[xt]]]], jnp.float32),
-                         jnp.array([t]), jnp.zeros((1, 1, 1, 1)))
+    kl = 0.5 * (
+        -1 + lv_model - lv_true + math.exp(lv_true - lv_model) + (true_mean - model_mean) ** 2 * math.exp(-lv_model)
+    )
+    got = P.vb_terms_bpd(
+        jnp.asarray(x0, jnp.float32), jnp.asarray([[[[xt]]]], jnp.float32), jnp.array([t]), jnp.zeros((1, 1, 1, 1))
+    )
     assert float(got[0]) == pytest.approx(kl / math.log(2), rel=1e-3)
 
 
@@ -90,11 +97,11 @@ def test_batched_terms_equal_per_timestep_loop():
     ts = jnp.array([0, 3, 500, 999])
     noise = jax.random.normal(jax.random.PRNGKey(5), (4,) + x0.shape)
     apply = lambda xt, t: 0.1 * xt + 0.01 * t[:, None, None, None]  # any deterministic "network"
-    batched = g.bound_terms(apply, S, "eps", "fixed_large", x0, ts, noise)
+    batched = P.bound_terms(apply, x0, ts, noise)
     for k, t in enumerate(ts):
         tt = jnp.full((4,), t)
-        xt = g.q_sample(S, x0, tt, noise[k])
-        ref = g.vb_terms_bpd(S, "eps", "fixed_large", x0, xt, tt, apply(xt, tt))
+        xt = P.q_sample(x0, tt, noise[k])
+        ref = P.vb_terms_bpd(x0, xt, tt, apply(xt, tt))
         np.testing.assert_allclose(np.asarray(batched[:, k]), np.asarray(ref), rtol=1e-5, atol=1e-6)
 
 
@@ -104,8 +111,7 @@ def _nll(apply_for, x0):
         k = xt.shape[0] // x0.shape[0]
         return apply_for(jnp.repeat(x0, k, axis=0))(xt, t)
 
-    nll, terms, prior = g.nll_bpd(apply, S, "eps", "fixed_large", x0, jax.random.PRNGKey(6), clip_denoised=False,
-                                  max_rows=64)
+    nll, terms, prior = P.nll_bpd(apply, x0, jax.random.PRNGKey(6), clip_denoised=False, max_rows=64)
     np.testing.assert_allclose(np.asarray(nll), np.asarray(terms.sum(1) + prior), rtol=1e-6)
     assert terms.shape == (x0.shape[0], S.num_timesteps)
     return nll
@@ -114,7 +120,7 @@ def _nll(apply_for, x0):
 def test_true_noise_model_has_lower_nll_than_zero_model():
     x0 = jnp.round(jax.random.uniform(jax.random.PRNGKey(7), (2, 4, 4, 1), minval=-1, maxval=1) * 127.5) / 127.5
     nll_true = _nll(_true_eps_apply, x0)
-    nll_zero = _nll(lambda _: (lambda xt, t: jnp.zeros_like(xt)), x0)
+    nll_zero = _nll(lambda _: lambda xt, t: jnp.zeros_like(xt), x0)
     assert bool(jnp.all(nll_true < nll_zero))
     assert bool(jnp.all(nll_true > 0))
 
@@ -126,8 +132,8 @@ def test_chunked_terms_equal_unchunked(max_rows):
     ts = jnp.array([0, 7, 100, 500, 999])
     noise = jax.random.normal(jax.random.PRNGKey(9), (5,) + x0.shape)
     apply = lambda xt, t: 0.2 * xt - 0.001 * t[:, None, None, None]
-    full = g.bound_terms(apply, S, "eps", "fixed_large", x0, ts, noise, kl_only=True)
-    chunked = g.bound_terms(apply, S, "eps", "fixed_large", x0, ts, noise, kl_only=True, max_rows=max_rows)
+    full = P.bound_terms(apply, x0, ts, noise, kl_only=True)
+    chunked = P.bound_terms(apply, x0, ts, noise, kl_only=True, max_rows=max_rows)
     np.testing.assert_allclose(np.asarray(chunked), np.asarray(full), rtol=1e-5, atol=1e-7)
 
 
@@ -149,14 +155,15 @@ def test_bound_estimate_with_every_timestep_is_the_bound_and_unbiased_otherwise(
     x0 = jnp.round(jax.random.uniform(jax.random.PRNGKey(7), (2, 4, 4, 1), minval=-1, maxval=1) * 127.5) / 127.5
     apply = lambda xt, t: 0.3 * xt - 0.0004 * t[:, None, None, None]  # a fixed imperfect "network"
     key = jax.random.PRNGKey(11)
-    full, terms, prior = g.nll_bpd(apply, S, "eps", "fixed_large", x0, key, max_rows=2048)
-    every = g.nll_bpd_estimate(apply, S, "eps", "fixed_large", x0, key, S.num_timesteps, max_rows=2048)
+    full, terms, prior = P.nll_bpd(apply, x0, key, max_rows=2048)
+    every = P.nll_bpd_estimate(apply, x0, key, S.num_timesteps, max_rows=2048)
     np.testing.assert_allclose(np.asarray(every), np.asarray(full), rtol=1e-6)
     # E over random strata and noise of the 10-timestep estimate = the full bound (its mean over fresh noise)
-    est = jax.jit(jax.vmap(lambda k: g.nll_bpd_estimate(apply, S, "eps", "fixed_large", x0, k, 10)))
+    est = jax.jit(jax.vmap(lambda k: P.nll_bpd_estimate(apply, x0, k, 10)))
     draws = np.asarray(est(jax.random.split(jax.random.PRNGKey(12), 4000)))  # [4000, 2]
-    fulls = np.asarray(jax.jit(jax.vmap(lambda k: g.nll_bpd(apply, S, "eps", "fixed_large", x0, k)[0]))(
-        jax.random.split(jax.random.PRNGKey(13), 40)))
+    fulls = np.asarray(
+        jax.jit(jax.vmap(lambda k: P.nll_bpd(apply, x0, k)[0]))(jax.random.split(jax.random.PRNGKey(13), 40))
+    )
     se = np.sqrt(draws.var(0) / len(draws) + fulls.var(0) / len(fulls))
     assert np.all(np.abs(draws.mean(0) - fulls.mean(0)) < 4 * se), (draws.mean(0), fulls.mean(0), se)
     assert np.all(draws.std(0) > 0)

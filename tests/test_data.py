@@ -1,8 +1,7 @@
 import numpy as np
 import pytest
 
-from data import global_batch_indices, load_split
-from data.sources import DatasetNotFound, digits_arrays
+from data import DatasetNotFound, digits_arrays, global_batch_indices, load_split
 
 
 def test_digits_split_is_fixed_and_8bit():
@@ -29,7 +28,7 @@ def test_tfds_builder_path_serves_the_same_images(tmp_path, tiny):
 
     prepare(str(tmp_path))
     c = tiny(**{"data.name": "digits_tfds", "data.data_dir": str(tmp_path)})
-    src, ref = load_split(c, "test"), load_split(tiny(), "test")
+    src, ref = load_split(c.data, "test"), load_split(tiny().data, "test")
     assert len(src) == len(ref) == 297
     idx = np.arange(297)
     key = lambda a: sorted(im.tobytes() for im in a)  # tfds shuffles records by key hash when it prepares
@@ -40,4 +39,4 @@ def test_tfds_builder_path_serves_the_same_images(tmp_path, tiny):
 def test_missing_dataset_says_how_to_get_it(tmp_path, tiny):
     c = tiny(**{"data.name": "cifar10", "data.data_dir": str(tmp_path), "data.image_size": 32, "data.channels": 3})
     with pytest.raises(DatasetNotFound, match=r"config.data.name='cifar10'.*tfds build cifar10"):
-        load_split(c, "train")
+        load_split(c.data, "train")

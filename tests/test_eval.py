@@ -1,4 +1,5 @@
 """--mode=eval: the full bound on the test split and samples from the latest checkpoint, with their protocol."""
+
 import json
 import os
 import shutil
@@ -9,10 +10,19 @@ import numpy as np
 
 from conftest import main_cmd, restore_checkpoint, run_main, tiny_config, tiny_flags
 
-FID = {"eval.fid.num_samples": 24, "eval.fid.ddim_steps": 3, "eval.fid.kid_subsets": 10,
-       "eval.fid.batch_size": 16}  # two sampling calls: 16 + 8
-PERIODIC = {"eval.periodic.every": 2, "eval.periodic.nll_images": 16, "eval.periodic.nll_timesteps": 6,
-            "eval.periodic.num_samples": 16, "eval.periodic.ddim_steps": 3}
+FID = {
+    "eval.fid.num_samples": 24,
+    "eval.fid.ddim_steps": 3,
+    "eval.fid.kid_subsets": 10,
+    "eval.fid.batch_size": 16,
+}  # two sampling calls: 16 + 8
+PERIODIC = {
+    "eval.periodic.every": 2,
+    "eval.periodic.nll_images": 16,
+    "eval.periodic.nll_timesteps": 6,
+    "eval.periodic.num_samples": 16,
+    "eval.periodic.ddim_steps": 3,
+}
 
 
 def eval_cmd(workdir, *extra):
@@ -23,8 +33,12 @@ def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finishe
     wd = tmp_path / "run"
     shutil.copytree(finished_run[0], wd)
     fid_flags = [f"--config.{k}={v}" for k, v in FID.items()]
-    r = subprocess.run(eval_cmd(wd, "--config.eval.nll_images=16", "--config.eval.num_samples=4", *fid_flags),
-                       capture_output=True, text=True, timeout=300)
+    r = subprocess.run(
+        eval_cmd(wd, "--config.eval.nll_images=16", "--config.eval.num_samples=4", *fid_flags),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     rec = json.load(open(wd / "eval" / "step_0000004.json"))
     assert rec["checkpoint_step"] == 4 and f"Results: {wd}/eval/step_0000004.json" in r.stdout
@@ -41,36 +55,37 @@ def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finishe
     assert p["feature_space"] == "digits_classifier" and "1500 training digits" in p["reference"]
     assert fid["fid"] > 0 and fid["kid_subsets"] == 10 and fid["kid_subset_size"] == 24
     # the floor next to it: the first 24 test digits against the same reference, as computed here
-    from evaluation.features import make_feature_space
     from data import load_split
+    from evaluation.features import make_feature_space
 
     c = tiny_config(**FID)
     space = make_feature_space(c)
-    direct = space.score(load_split(c, "test").get(np.arange(24)), 10, 1000)
+    direct = space.score(load_split(c.data, "test").get(np.arange(24)), 10, 1000)
     assert fid["test_split"]["images"] == 24
-    np.testing.assert_allclose([fid["test_split"]["fid"], fid["test_split"]["kid"]], [direct["fid"], direct["kid"]],
-                               rtol=1e-9)
+    np.testing.assert_allclose(
+        [fid["test_split"]["fid"], fid["test_split"]["kid"]], [direct["fid"], direct["kid"]], rtol=1e-9
+    )
     assert fid["fid"] > fid["test_split"]["fid"]  # 4 training steps do not make digits
     assert "FID" in r.stdout
 
 
 def test_the_bound_is_the_mean_of_per_image_bounds_in_any_batching():
-    from diffusion import gaussian as g
-    from training.evaluate import bound_bpd
-    from training.step import make_apply, to_float
-    from training.train import build, initial_state
     from data import load_split
+    from training.evaluate import bound_bpd
+    from training.setup import build, initial_state
+    from training.step import make_apply, to_float
 
     c = tiny_config(**{"eval.batch_size": 8})
     setup = build(c)
     params = jax.tree.map(lambda p: p + 0.01, initial_state(setup).ema_params)  # a non-zero network
-    images = load_split(c, "test").get(np.arange(12))  # 12 images on 8 devices: batches of 8 and 4 + 4 padding
+    images = load_split(c.data, "test").get(np.arange(12))  # 12 images on 8 devices: batches of 8 and 4 + 4 padding
     key = jax.random.PRNGKey(5)
     mean, per_image, _ = bound_bpd(setup, params, images, key)
     apply = make_apply(setup.model)
     batches = [(0, images[:8], 8), (8, np.concatenate([images[8:], np.repeat(images[8:9], 4, axis=0)]), 4)]
-    nll = jax.jit(lambda x, k: g.nll_bpd(lambda xt, t: apply(params, xt, t), setup.schedule, "eps", "fixed_large",
-                                         to_float(x), k, clip_denoised=True)[0])
+    nll = jax.jit(
+        lambda x, k: setup.process.nll_bpd(lambda xt, t: apply(params, xt, t), to_float(x), k, clip_denoised=True)[0]
+    )
     direct = [np.asarray(nll(x, jax.random.fold_in(key, i)))[:n] for i, x, n in batches]
     np.testing.assert_allclose(per_image, np.concatenate(direct), rtol=1e-5)
     assert mean == np.mean(per_image) and per_image.shape == (12,)
@@ -88,7 +103,7 @@ def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_pat
     from data import load_split
     from evaluation.features import make_feature_space
     from training.evaluate import PeriodicEval, bound_bpd
-    from training.train import build, generate
+    from training.setup import build, generate
 
     wd = tmp_path / "periodic"
     r = run_main(wd, *[f"--config.{k}={v}" for k, v in PERIODIC.items()])
@@ -107,11 +122,14 @@ def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_pat
     _, state = restore_checkpoint(wd, 4)
     ema = jax.device_put(state["ema_params"], jax.sharding.NamedSharding(setup.mesh, jax.sharding.PartitionSpec()))
     key = jax.random.PRNGKey(PeriodicEval.KEY)
-    bpd, _, _ = bound_bpd(setup, ema, load_split(c, "test").get(np.arange(16)), key, num_t=6)
+    bpd, _, _ = bound_bpd(setup, ema, load_split(c.data, "test").get(np.arange(16)), key, num_t=6)
     samples = generate(setup, ema, jax.random.fold_in(key, 1), 16, "ddim", 3)
     scores = make_feature_space(c).score(samples, c.eval.fid.kid_subsets, c.eval.fid.kid_subset_size)
-    np.testing.assert_allclose([per[1]["periodic/bpd_T6"], per[1]["periodic/fid_N16"], per[1]["periodic/kid_N16"]],
-                               [bpd, scores["fid"], scores["kid"]], rtol=1e-5)
+    np.testing.assert_allclose(
+        [per[1]["periodic/bpd_T6"], per[1]["periodic/fid_N16"], per[1]["periodic/kid_N16"]],
+        [bpd, scores["fid"], scores["kid"]],
+        rtol=1e-5,
+    )
 
     # a run stopped after its step-4 checkpoint but before that step's evaluation was logged: the resumed run
     # evaluates step 4 first, then goes on (train_seconds continues from the last record)

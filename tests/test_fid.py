@@ -1,4 +1,5 @@
 """FID and KID against direct NumPy/SciPy computations and closed forms; the digits classifier's feature space."""
+
 import jax
 import numpy as np
 import pytest
@@ -32,8 +33,9 @@ def test_fid_closed_forms():
     assert frechet.frechet_distance(mu1, np.diag(a), mu2, np.diag(b)) == pytest.approx(expected, rel=1e-12)
     # rotating both distributions by the same orthogonal matrix changes nothing
     q, _ = np.linalg.qr(np.random.default_rng(0).standard_normal((3, 3)))
-    assert frechet.frechet_distance(q @ mu1, q @ np.diag(a) @ q.T, q @ mu2, q @ np.diag(b) @ q.T) == \
-        pytest.approx(expected, rel=1e-10)
+    assert frechet.frechet_distance(q @ mu1, q @ np.diag(a) @ q.T, q @ mu2, q @ np.diag(b) @ q.T) == pytest.approx(
+        expected, rel=1e-10
+    )
 
 
 def test_fid_with_singular_covariances():
@@ -74,13 +76,14 @@ def test_kid_matches_pairwise_computation():
 def test_kid_is_unbiased_for_equal_distributions():
     # MMD^2 = 0 between one distribution and itself: the unbiased estimate averages to 0 (a biased one would not)
     rng = np.random.default_rng(2)
-    vals = [frechet.kid(rng.standard_normal((50, 4)), rng.standard_normal((50, 4)), 20, 50, seed=i)[0]
-            for i in range(40)]
+    vals = [
+        frechet.kid(rng.standard_normal((50, 4)), rng.standard_normal((50, 4)), 20, 50, seed=i)[0] for i in range(40)
+    ]
     assert abs(np.mean(vals)) < 4 * np.std(vals) / np.sqrt(len(vals))
 
 
 def test_digits_classifier_is_deterministic_cached_and_separates_noise(tmp_path):
-    from data.sources import digits_arrays
+    from data import digits_arrays
     from evaluation import classifier
 
     params, acc, scale = classifier.load_or_train(str(tmp_path))  # trains and caches
@@ -95,7 +98,7 @@ def test_digits_classifier_is_deterministic_cached_and_separates_noise(tmp_path)
     (train, _), (test, _) = digits_arrays()
     ft = features(train)
     assert ft.shape == (1500, classifier.FEATURE_DIM)
-    np.testing.assert_allclose(np.sqrt(np.mean(ft ** 2)), 1.0, rtol=1e-5)  # the fixed scale
+    np.testing.assert_allclose(np.sqrt(np.mean(ft**2)), 1.0, rtol=1e-5)  # the fixed scale
     noise = np.random.default_rng(0).integers(0, 256, test.shape).astype(np.uint8)
     fid_test = frechet.fid_from_features(features(test), ft)
     fid_noise = frechet.fid_from_features(features(noise), ft)

@@ -5,6 +5,7 @@ PyTorch 2.14.1 and pytorch-fid 0.3.0: their InceptionV3 with stand-in weights (t
 on uint8 images of two shapes (CIFAR's 32x32 RGB, the digits' 8x8 grey), both resized up to 299x299. Same weights
 in, same 2048 features out, or a layer, a pool, the resize or the input scaling differs from pytorch-fid's.
 """
+
 import json
 import os
 import sys
@@ -66,7 +67,7 @@ def test_reference_statistics_and_the_inception_feature_space(tmp_path, referenc
     import subprocess
 
     from conftest import main_cmd, tiny_config, tiny_flags
-    from data.sources import digits_arrays
+    from data import digits_arrays
     from evaluation import frechet
     from evaluation.features import make_feature_space
     from evaluation.reference import write_reference
@@ -79,8 +80,14 @@ def test_reference_statistics_and_the_inception_feature_space(tmp_path, referenc
     with pytest.raises(FileExistsError, match="exists; not overwriting it"):  # never overwritten
         write_reference(tiny_config(**{"eval.fid.inception_weights": str(weights)}), str(stats))
     # the feature space --mode=eval builds from these files (its record's wiring is tests/test_eval.py's)
-    c = tiny_config(**{"eval.fid.features": "inception", "eval.fid.inception_weights": str(weights),
-                       "eval.fid.reference_stats": str(stats), "eval.fid.kid_subsets": 3})
+    c = tiny_config(
+        **{
+            "eval.fid.features": "inception",
+            "eval.fid.inception_weights": str(weights),
+            "eval.fid.reference_stats": str(stats),
+            "eval.fid.kid_subsets": 3,
+        }
+    )
     space = make_feature_space(c)
     assert space.name == "inception_v3_pool3" and "weights" in space.protocol
     features = space.features  # the Flax Inception on the weights file (checked against pytorch-fid above)
@@ -93,17 +100,25 @@ def test_reference_statistics_and_the_inception_feature_space(tmp_path, referenc
         np.testing.assert_allclose(z["features"], ours, rtol=1e-6)
     real = features(test[:4])
     scores = space.score(test[:4], 3, 1000)
-    np.testing.assert_allclose(scores["fid"], frechet.frechet_distance(*frechet.statistics(real), mu, sigma),
-                               rtol=1e-9)
+    np.testing.assert_allclose(scores["fid"], frechet.frechet_distance(*frechet.statistics(real), mu, sigma), rtol=1e-9)
     np.testing.assert_allclose(scores["kid"], frechet.kid(real, ours, 3, 1000)[0], rtol=1e-9)
 
     # statistics of another dataset: one line before anything runs
     other = tmp_path / "cifar.npz"
     np.savez(other, mu=np.zeros(2048), sigma=np.eye(2048), dataset="cifar10", image_size=32)
-    r = subprocess.run(main_cmd("--mode=eval", f"--workdir={tmp_path}/run", *tiny_flags(),
-                                f"--config.eval.fid.inception_weights={weights}", "--config.eval.fid.features=inception",
-                                f"--config.eval.fid.reference_stats={other}"), capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run(
+        main_cmd(
+            "--mode=eval",
+            f"--workdir={tmp_path}/run",
+            *tiny_flags(),
+            f"--config.eval.fid.inception_weights={weights}",
+            "--config.eval.fid.features=inception",
+            f"--config.eval.fid.reference_stats={other}",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     err = r.stderr.strip().splitlines()
     assert r.returncode == 2 and len(err) == 1, r.stderr[-2000:]
     assert "config.eval.fid.reference_stats=" in err[0] and "was made for dataset 'cifar10'" in err[0]

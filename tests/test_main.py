@@ -1,4 +1,5 @@
 """main.py end to end on the embedded digits, and bad input stopping before training with one clear line."""
+
 import json
 import os
 import re
@@ -50,21 +51,44 @@ def test_unknown_sampler_stops_with_one_line(tmp_path):
     assert not (tmp_path / "w" / "checkpoints").exists()
 
 
-@pytest.mark.parametrize("field,value,needle", [
-    ("weighting.name", "bogus", "config.weighting.name='bogus'"),
-    ("diffusion.schedule", "sigmoid", "config.diffusion.schedule='sigmoid'"),
-    ("diffusion.target", "score", "config.diffusion.target='score'"),
-    ("data.name", "mnist", "config.data.name='mnist'"),
-    ("train.batch_size", 20, "config.train.batch_size=20 is not allowed: must be divisible by the 8 devices"),
-    ("model.ch_mult", (1, 2, 2, 2, 2), "config.data.image_size=8 must be a positive multiple of 16"),
-    ("eval.fid.inception_weights", "/no/pt_inception.pth",
-     "config.eval.fid.inception_weights='/no/pt_inception.pth' is not allowed: no such file"),
-    ("eval.fid.features", "inception", "config.eval.fid.features='inception' is not allowed: needs "
-                                       "config.eval.fid.inception_weights"),
-    ("eval.fid.method", "dpm", "config.eval.fid.method='dpm'"),
-    ("eval.periodic.nll_timesteps", 1, "config.eval.periodic.nll_timesteps=1 is not allowed"),
-    ("data.image_size", 16, "config.data.image_size=16 is not allowed: the embedded digits are 8x8"),
-])
+@pytest.mark.parametrize(
+    "field,value,needle",
+    [
+        ("weighting.name", "bogus", "config.weighting.name='bogus' is not allowed: must be one of "),
+        (
+            "diffusion.schedule",
+            "sigmoid",
+            "config.diffusion.schedule='sigmoid' is not allowed: must be one of linear, cosine, quad",
+        ),
+        ("diffusion.target", "score", "config.diffusion.target='score' is not allowed: must be one of eps, x0, v"),
+        ("data.name", "mnist", "config.data.name='mnist' is not allowed: must be one of "),
+        ("train.batch_size", 20, "config.train.batch_size=20 is not allowed: must be divisible by the 8 devices"),
+        (
+            "model.ch_mult",
+            (1, 2, 2, 2, 2),
+            "config.model.ch_mult=(1, 2, 2, 2, 2) is not allowed: 4 downsamplings need an "
+            "image size that is a positive multiple of 16; config.data.image_size is 8",
+        ),
+        (
+            "eval.fid.inception_weights",
+            "/no/pt_inception.pth",
+            "config.eval.fid.inception_weights='/no/pt_inception.pth' is not allowed: no such file",
+        ),
+        (
+            "eval.fid.features",
+            "inception",
+            "config.eval.fid.features='inception' is not allowed: needs config.eval.fid.inception_weights",
+        ),
+        ("eval.fid.method", "dpm", "config.eval.fid.method='dpm' is not allowed: must be one of ancestral, ddim"),
+        (
+            "eval.periodic.nll_timesteps",
+            1,
+            "config.eval.periodic.nll_timesteps=1 is not allowed: must be an integer in "
+            "2..1000 (config.diffusion.num_timesteps)",
+        ),
+        ("data.image_size", 16, "config.data.image_size=16 is not allowed: the embedded digits are 8x8"),
+    ],
+)
 def test_bad_fields_name_field_value_and_allowed(field, value, needle):
     with pytest.raises(ConfigError) as e:
         validate(tiny_config(**{field: value, "sampler.name": "uniform"}))
@@ -83,8 +107,9 @@ def test_compile_mode_reports_memory_and_flops_without_training(tmp_path):
 
     from conftest import main_cmd, tiny_flags
 
-    r = subprocess.run(main_cmd("--mode=compile", *tiny_flags()), capture_output=True, text=True, timeout=300,
-                       cwd=tmp_path)
+    r = subprocess.run(
+        main_cmd("--mode=compile", *tiny_flags()), capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "adaptive sampler, batch 16" in r.stdout and "8 cpu device(s)" in r.stdout
     mem = re.search(r"arguments ([\d.]+) MiB, outputs ([\d.]+) MiB .* temporaries ([\d.]+) MiB", r.stdout)
@@ -104,11 +129,18 @@ def test_a_config_built_in_code_is_checked_for_types_unknown_and_missing_fields(
 
     cases = [
         (lambda d: d["train"].update(lr="fast"), "config.train.lr='fast' is not allowed: must be a number >= 0.0"),
-        (lambda d: d["model"].update(ch_mult=[1, 0]), "config.model.ch_mult=[1, 0] is not allowed: must be a non-empty "
-                                                      "tuple of integers >= 1"),
-        (lambda d: d["sampler"]["adaptive"].update(common_noise="yes"), "config.sampler.adaptive.common_noise='yes'"),
-        (lambda d: d["train"].update(learning_rate=0.1), "config.train.learning_rate is not a config field; did you "
-                                                         "mean config.train.lr?"),
+        (
+            lambda d: d["model"].update(ch_mult=[1, 0]),
+            "config.model.ch_mult=[1, 0] is not allowed: must be a non-empty tuple of integers >= 1",
+        ),
+        (
+            lambda d: d["sampler"]["adaptive"].update(common_noise="yes"),
+            "config.sampler.adaptive.common_noise='yes' is not allowed: must be True or False",
+        ),
+        (
+            lambda d: d["train"].update(learning_rate=0.1),
+            "config.train.learning_rate is not a config field; did you mean config.train.lr?",
+        ),
         (lambda d: d["train"].pop("ema_decay"), "config.train.ema_decay is missing"),
     ]
     for change, needle in cases:

@@ -1,4 +1,5 @@
 """Preemption, kill -9, divergence and bad configs, with real subprocesses and real signals: none may cost a run."""
+
 import json
 import os
 import re
@@ -111,11 +112,14 @@ def test_divergence_stops_keeps_the_last_good_checkpoint_and_resumes_with_a_lowe
     assert sorted(os.listdir(os.path.join(wd, "checkpoints")))[-1] == "4"
 
 
-@pytest.mark.parametrize("flag,suggestion", [
-    ("--config.sampler.nme=uniform", "did you mean config.sampler.name?"),
-    ("--config.sampler.adaptive.update_evry=3", "did you mean config.sampler.adaptive.update_every?"),
-    ("--config.train.learning_rate=0.1", "did you mean config.train.lr?"),
-])
+@pytest.mark.parametrize(
+    "flag,suggestion",
+    [
+        ("--config.sampler.nme=uniform", "did you mean config.sampler.name?"),
+        ("--config.sampler.adaptive.update_evry=3", "did you mean config.sampler.adaptive.update_every?"),
+        ("--config.train.learning_rate=0.1", "did you mean config.train.lr?"),
+    ],
+)
 def test_an_unknown_override_is_one_line_with_the_nearest_field(tmp_path, flag, suggestion):
     r = subprocess.run(main_cmd(f"--workdir={tmp_path}/w", flag), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
@@ -135,8 +139,12 @@ def test_checkpoint_of_a_different_model_is_a_clear_error(tmp_path, finished_run
 
 
 def test_a_bad_config_variant_is_one_line(tmp_path):
-    r = subprocess.run(main_cmd(f"--workdir={tmp_path}/w", config="configs/cifar10.py:linear,p3"),
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        main_cmd(f"--workdir={tmp_path}/w", config="configs/cifar10.py:linear,p3"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and "'linear,p3' is not a variant" in err[0] and "adaptive+min_snr" in err[0], r.stderr

@@ -10,11 +10,12 @@ from data import load_split
 from data.pipeline import global_batch_indices
 from samplers import SAMPLERS
 from training import checkpoint as ckpt
-from training.train import TrainingDiverged, build, initial_state, train
+from training.setup import build, initial_state
+from training.train import TrainingDiverged, train
 
 
 def batches(c, steps):
-    src = load_split(c, "train")
+    src = load_split(c.data, "train")
     return [src.get(global_batch_indices(c.seed, s, c.train.batch_size, len(src))) for s in range(steps)]
 
 
@@ -47,18 +48,20 @@ def test_eight_devices_agree_with_one_and_the_step_traces_once(tiny):
     assert float(m8["loss"]) == pytest.approx(float(m1["loss"]), rel=1e-4)
     # the learned sampler's state (policy, its optimizer, the sweep buffer, S) after two policy updates (steps 0, 2)
     assert int(s8.sampler_state["updates"]) == 2
-    chex.assert_trees_all_close(jax.device_get(s8.sampler_state), jax.device_get(s1.sampler_state), rtol=2e-3, atol=2e-5)
+    chex.assert_trees_all_close(
+        jax.device_get(s8.sampler_state), jax.device_get(s1.sampler_state), rtol=2e-3, atol=2e-5
+    )
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_every_sampler_gives_each_device_shard_different_timesteps(tiny, name):
-    from diffusion import make_schedule
+    from diffusion import DDPM, make_schedule
     from samplers import make_sampler
     from training.mesh import batch_sharding, make_mesh
 
     c = tiny(**{"sampler.name": name, "train.batch_size": 64})
-    sampler = make_sampler(c, make_schedule("linear", 1000))
-    sh = batch_sharding(make_mesh(c))
+    sampler = make_sampler(c.sampler, DDPM(make_schedule("linear", 1000)), c.train.batch_size)
+    sh = batch_sharding(make_mesh(c.mesh))
     x0 = jax.device_put(np.zeros((64, 8, 8, 1), np.float32), sh)
     state = sampler.init(jax.random.PRNGKey(0), x0)
     t, w, _ = jax.jit(sampler.sample, out_shardings=(sh, sh, None))(state, jax.random.PRNGKey(1), x0)
@@ -72,7 +75,9 @@ def test_non_finite_policy_stops_naming_the_step_and_keeps_the_last_good_checkpo
     # an absurd policy learning rate: the first policy update (step 0) leaves finite but huge weights, whose
     # outputs at step 1 are not finite
     c = tiny(**{"train.num_steps": 3, "train.ckpt_every": 1, "train.log_every": 1, "sampler.adaptive.policy_lr": 1e38})
-    with pytest.raises(TrainingDiverged, match=r"step 1: non-finite sampler outputs; the last good checkpoint is step 1"):
+    with pytest.raises(
+        TrainingDiverged, match=r"step 1: non-finite sampler outputs; the last good checkpoint is step 1"
+    ):
         train(c, str(tmp_path))
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1"]
 
@@ -99,21 +104,24 @@ def test_sharded_parameters_give_the_same_results_and_checkpoint(tiny, tmp_path)
 def test_bfloat16_compute_is_finite_and_close_and_the_bound_stays_float32(tiny):
     import jax.numpy as jnp
 
-    from diffusion import make_schedule
-    from training.state import make_model
+    from diffusion import DDPM, make_schedule
+    from models import make_model
     from training.step import make_terms_fn
 
     c32, c16 = tiny(**{"sampler.name": "uniform"}), tiny(**{"sampler.name": "uniform", "model.dtype": "bfloat16"})
     s32, m32 = run_steps(c32, 3)
     s16, m16 = run_steps(c16, 3)
-    assert all(x.dtype == jnp.float32 for x in jax.tree.leaves((s16.params, s16.opt_state, s16.ema_params))
-               if jnp.issubdtype(x.dtype, jnp.floating))
+    assert all(
+        x.dtype == jnp.float32
+        for x in jax.tree.leaves((s16.params, s16.opt_state, s16.ema_params))
+        if jnp.issubdtype(x.dtype, jnp.floating)
+    )
     assert np.isfinite(float(m16["loss"])) and float(m16["loss"]) == pytest.approx(float(m32["loss"]), rel=0.05)
     chex.assert_trees_all_close(jax.device_get(s16.params), jax.device_get(s32.params), atol=2e-2)
     # the bound terms (and the learned sampler's probes) run the same parameters in float32
-    sched = make_schedule("linear", 1000)
+    process = DDPM(make_schedule("linear", 1000))
     x0 = jnp.linspace(-1, 1, 2 * 64).reshape(2, 8, 8, 1)
     ts, noise = jnp.array([0, 500]), jax.random.normal(jax.random.PRNGKey(0), (2, 2, 8, 8, 1))
     params = jax.device_get(s16.params)
-    terms = [jax.jit(make_terms_fn(make_model(c), c, sched))(params, x0, ts, noise) for c in (c16, c32)]
+    terms = [jax.jit(make_terms_fn(make_model(c.model), process))(params, x0, ts, noise) for c in (c16, c32)]
     np.testing.assert_array_equal(np.asarray(terms[0]), np.asarray(terms[1]))

@@ -6,20 +6,20 @@ lowers and compiles the sharded step from abstract shapes only (no parameters ar
 reports XLA's per-device memory (arguments, outputs, temporaries; donated state aliased to the output) and its
 FLOP estimate for one step. On a TPU pod slice run it on every host, as training would be.
 """
+
 import time
 
 import jax
 import jax.numpy as jnp
 
 from training import checkpoint as ckpt
-from training.state import image_shape
 
 
 def compile_step(setup):
     """(compiled step, seconds to lower and compile)."""
     c = setup.config
     state = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
-    batch = jax.ShapeDtypeStruct(image_shape(c, c.train.batch_size), jnp.uint8, sharding=setup.batch_sharding)
+    batch = jax.ShapeDtypeStruct(setup.batch_shape(c.train.batch_size), jnp.uint8, sharding=setup.batch_sharding)
     t0 = time.perf_counter()
     compiled = setup.step_fn.lower(state, batch).compile()
     return compiled, time.perf_counter() - t0
@@ -34,12 +34,20 @@ def step_report(setup, compiled, seconds) -> dict:
     n_params = sum(x.size for x in jax.tree.leaves(setup.abstract_state.params))
     field = lambda name: int(getattr(mem, name)) if mem is not None else None
     return dict(
-        devices=jax.device_count(), platform=jax.devices()[0].platform, mesh=dict(setup.mesh.shape),
-        batch_size=c.train.batch_size, sampler=c.sampler.name, params=int(n_params), compile_s=round(seconds, 2),
-        argument_bytes=field("argument_size_in_bytes"), output_bytes=field("output_size_in_bytes"),
-        alias_bytes=field("alias_size_in_bytes"), temp_bytes=field("temp_size_in_bytes"),
+        devices=jax.device_count(),
+        platform=jax.devices()[0].platform,
+        mesh=dict(setup.mesh.shape),
+        batch_size=c.train.batch_size,
+        sampler=c.sampler.name,
+        params=int(n_params),
+        compile_s=round(seconds, 2),
+        argument_bytes=field("argument_size_in_bytes"),
+        output_bytes=field("output_size_in_bytes"),
+        alias_bytes=field("alias_size_in_bytes"),
+        temp_bytes=field("temp_size_in_bytes"),
         flops=float(cost["flops"]) if "flops" in cost else None,
-        bytes_accessed=float(cost["bytes accessed"]) if "bytes accessed" in cost else None)
+        bytes_accessed=float(cost["bytes accessed"]) if "bytes accessed" in cost else None,
+    )
 
 
 def peak_bytes(r: dict):
@@ -53,12 +61,14 @@ def format_report(r: dict) -> str:
     mib = lambda b: "n/a" if b is None else f"{b / 2**20:.1f} MiB"
     peak = peak_bytes(r)
     flops = "n/a" if r["flops"] is None else f"{r['flops'] / 1e9:.3f} GFLOP"
-    return "\n".join([
-        f"train step: {r['sampler']} sampler, batch {r['batch_size']}, {r['params']:,} parameters, "
-        f"{r['devices']} {r['platform']} device(s), mesh {r['mesh']}",
-        f"compile: {r['compile_s']:.1f} s",
-        f"memory per device: arguments {mib(r['argument_bytes'])}, outputs {mib(r['output_bytes'])} "
-        f"(aliased with donated arguments {mib(r['alias_bytes'])}), temporaries {mib(r['temp_bytes'])}; "
-        f"peak about {mib(peak)}",
-        f"FLOPs per step per device (XLA estimate, both branches of a policy update counted): {flops}",
-    ])
+    return "\n".join(
+        [
+            f"train step: {r['sampler']} sampler, batch {r['batch_size']}, {r['params']:,} parameters, "
+            f"{r['devices']} {r['platform']} device(s), mesh {r['mesh']}",
+            f"compile: {r['compile_s']:.1f} s",
+            f"memory per device: arguments {mib(r['argument_bytes'])}, outputs {mib(r['output_bytes'])} "
+            f"(aliased with donated arguments {mib(r['alias_bytes'])}), temporaries {mib(r['temp_bytes'])}; "
+            f"peak about {mib(peak)}",
+            f"FLOPs per step per device (XLA estimate, both branches of a policy update counted): {flops}",
+        ]
+    )

@@ -12,6 +12,7 @@ PeriodicEval: the cheap version run every config.eval.periodic.every training st
 of the bound, FID/KID on few samples), with the same noise, timesteps and sample seeds at every evaluation and in
 every run (common random numbers: differences between steps and runs are not evaluation noise).
 """
+
 import json
 import os
 import time
@@ -21,9 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from data import load_split
-from diffusion import gaussian as g
+from evaluation.features import fid_unavailable_reason, make_feature_space
 from training import checkpoint as ckpt
 from training import report
+from training.setup import TRACES, build, generate
 from training.step import make_apply, to_float
 from training.validate import ConfigError
 
@@ -35,8 +37,9 @@ class NoCheckpoint(ConfigError):
 def restore_latest(setup, workdir):
     """(step, state) of the latest checkpoint, after checking that the workdir holds one of this config's run."""
     if "://" not in workdir and not os.path.isdir(os.path.join(workdir, "checkpoints")):
-        raise NoCheckpoint(f"--workdir={workdir} has no checkpoints/ to evaluate: train first, or point --workdir at "
-                           f"a training run")
+        raise NoCheckpoint(
+            f"--workdir={workdir} has no checkpoints/ to evaluate: train first, or point --workdir at a training run"
+        )
     mngr = ckpt.make_manager(setup.config, workdir)
     try:
         step = mngr.latest_step()
@@ -49,66 +52,86 @@ def restore_latest(setup, workdir):
         mngr.close()
 
 
+def bound_fn(setup, num_t: int = 0):
+    """fn(params, x_u8 [B, H, W, C], key) -> [B] bits/dim per image: the full bound (num_t = 0) or its estimate from
+    num_t stratified timesteps; jitted once (and traced once per batch shape)."""
+    chunk_rows = setup.config.eval.chunk_rows
+
+    def make():
+        apply = make_apply(setup.model.clone(dtype=jnp.float32))
+        process = setup.process
+
+        def batch_nll(params, x_u8, key):
+            TRACES[("bound", num_t, x_u8.shape)] += 1
+            fn, x = (lambda x, t: apply(params, x, t)), to_float(x_u8)
+            if num_t:
+                return process.nll_bpd_estimate(fn, x, key, num_t, clip_denoised=True, max_rows=chunk_rows)
+            return process.nll_bpd(fn, x, key, clip_denoised=True, max_rows=chunk_rows)[0]
+
+        return jax.jit(batch_nll)
+
+    return setup.cached(("bound", num_t, chunk_rows), make)
+
+
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
 def bound_bpd(setup, params, images_u8, key, num_t: int = 0):
     """(mean bits/dim, per-image bits/dim [N], seconds) of the full bound over images_u8 [N, H, W, C], or with
-    num_t > 0 of its unbiased estimate from num_t stratified timesteps (gaussian.nll_bpd_estimate). Every process
-    passes the same images; each puts its share of every batch on its devices."""
+    num_t > 0 of its unbiased estimate from num_t stratified timesteps (the process's nll_bpd_estimate). Every
+    process passes the same images; each puts its share of every batch on its devices."""
     from jax.experimental import multihost_utils
 
-    c, s = setup.config, setup.schedule
-    apply = make_apply(setup.model.clone(dtype=jnp.float32))
+    c = setup.config
     # as few equal batches of at most eval.batch_size as cover N (one compiled shape, little padding), each a
     # multiple of the device count
-    ceil_div = lambda a, b: -(-a // b)
     N, n_dev = len(images_u8), setup.mesh.shape["data"]
-    B = ceil_div(ceil_div(N, ceil_div(N, c.eval.batch_size)), n_dev) * n_dev
-
-    @jax.jit
-    def batch_nll(params, x_u8, key):
-        fn, x = (lambda x, t: apply(params, x, t)), to_float(x_u8)
-        args = (s, c.diffusion.target, c.diffusion.variance, x, key)
-        if num_t:
-            return g.nll_bpd_estimate(fn, *args, num_t, clip_denoised=True, max_rows=c.eval.chunk_rows)
-        return g.nll_bpd(fn, *args, clip_denoised=True, max_rows=c.eval.chunk_rows)[0]
-
+    B = _ceil_div(_ceil_div(N, _ceil_div(N, c.eval.batch_size)), n_dev) * n_dev
+    batch_nll = bound_fn(setup, num_t)
     P, p = jax.process_count(), jax.process_index()
 
     out, t0 = [], time.perf_counter()
     for i in range(0, N, B):
-        x = images_u8[i:i + B]
+        x = images_u8[i : i + B]
         pad = B - len(x)
         x = np.concatenate([x, np.repeat(x[:1], pad, axis=0)]) if pad else x
-        x = jax.make_array_from_process_local_data(setup.batch_sharding, x[p * B // P:(p + 1) * B // P])
+        x = jax.make_array_from_process_local_data(setup.batch_sharding, x[p * B // P : (p + 1) * B // P])
         nll = batch_nll(params, x, jax.random.fold_in(key, i))
-        out.append(np.asarray(multihost_utils.process_allgather(nll, tiled=True))[:B - pad])
+        out.append(np.asarray(multihost_utils.process_allgather(nll, tiled=True))[: B - pad])
     per_image = np.concatenate(out)
     return float(per_image.mean()), per_image, time.perf_counter() - t0
 
 
 def sample_quality(setup, space, params, key, num, method, steps) -> dict:
     """FID/KID of `num` samples (a collective: every process calls it) and the protocol."""
-    from training.train import generate
-
     c = setup.config
     t0 = time.perf_counter()
     B = c.eval.fid.batch_size  # samples per sampling call (memory): chunk i draws with fold_in(key, i)
     if num <= B:
         samples = generate(setup, params, key, num, method, steps)
     else:
-        samples = np.concatenate([generate(setup, params, jax.random.fold_in(key, i), min(B, num - i * B), method,
-                                           steps) for i in range(-(-num // B))])
+        samples = np.concatenate(
+            [
+                generate(setup, params, jax.random.fold_in(key, i), min(B, num - i * B), method, steps)
+                for i in range(-(-num // B))
+            ]
+        )
     scores = space.score(samples, c.eval.fid.kid_subsets, c.eval.fid.kid_subset_size)
-    scores["protocol"] = dict(samples=int(num), method=method,
-                              steps=steps if method == "ddim" else c.diffusion.num_timesteps, parameters="EMA",
-                              feature_space=space.name, seconds=time.perf_counter() - t0, **space.protocol)
+    scores["protocol"] = dict(
+        samples=int(num),
+        method=method,
+        steps=setup.process.sampling_steps(method, steps),
+        parameters="EMA",
+        feature_space=space.name,
+        seconds=time.perf_counter() - t0,
+        **space.protocol,
+    )
     return scores, samples
 
 
 def evaluate(config, workdir: str) -> dict:
     """Evaluate the latest checkpoint in `workdir`; returns the record written to DIR/eval/step_N.json."""
-    from evaluation.features import fid_unavailable_reason, make_feature_space
-    from training.train import build, generate
-
     if "://" not in workdir:
         workdir = os.path.abspath(workdir)
     setup = build(config)
@@ -116,25 +139,42 @@ def evaluate(config, workdir: str) -> dict:
     step, state = restore_latest(setup, workdir)
     space = make_feature_space(c)  # before the long bound: a bad weights or statistics file stops here
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0xE7A1)
-    test = load_split(c, "test")
+    test = load_split(c.data, "test")
     n = len(test) if c.eval.nll_images == -1 else min(c.eval.nll_images, len(test))
     images = test.get(np.arange(n))
     nll, per_image, seconds = bound_bpd(setup, state.ema_params, images, key)
     record = dict(
-        checkpoint_step=int(step), workdir=workdir, dataset=c.data.name,
-        nll_bpd=dict(value=nll, stderr=float(per_image.std(ddof=1) / np.sqrt(n)) if n > 1 else None, protocol=dict(
-            split="test", images=int(n), timesteps=c.diffusion.num_timesteps, parameters="EMA",
-            bound="sum_t L_t + L_T, fresh noise per t, clip_denoised, discretised decoder at t=0", seconds=seconds)))
+        checkpoint_step=int(step),
+        workdir=workdir,
+        dataset=c.data.name,
+        nll_bpd=dict(
+            value=nll,
+            stderr=float(per_image.std(ddof=1) / np.sqrt(n)) if n > 1 else None,
+            protocol=dict(
+                split="test",
+                images=int(n),
+                timesteps=setup.process.num_timesteps,
+                parameters="EMA",
+                bound="sum_t L_t + L_T, fresh noise per t, clip_denoised, discretised decoder at t=0",
+                seconds=seconds,
+            ),
+        ),
+    )
     if space is None:
         record["fid"] = dict(value=None, reason=fid_unavailable_reason(c))
     else:
         f = c.eval.fid
-        scores, _ = sample_quality(setup, space, state.ema_params, jax.random.fold_in(key, 2), f.num_samples,
-                                   f.method, f.ddim_steps)
+        scores, _ = sample_quality(
+            setup, space, state.ema_params, jax.random.fold_in(key, 2), f.num_samples, f.method, f.ddim_steps
+        )
         m = min(len(test), f.num_samples)
         real = space.score(images[:m] if m <= n else test.get(np.arange(m)), f.kid_subsets, f.kid_subset_size)
-        scores["test_split"] = dict(real, images=m, note="the first min(test split, eval.fid.num_samples) test "
-                                    "images scored against the same reference: what real unseen images get")
+        scores["test_split"] = dict(
+            real,
+            images=m,
+            note="the first min(test split, eval.fid.num_samples) test "
+            "images scored against the same reference: what real unseen images get",
+        )
         record["fid"] = scores
     samples = generate(setup, state.ema_params, jax.random.fold_in(key, 1), c.eval.num_samples)
     if jax.process_index() == 0:
@@ -142,9 +182,15 @@ def evaluate(config, workdir: str) -> dict:
         os.makedirs(out, exist_ok=True)
         grid = os.path.join(out, f"samples_{step:07d}.png")
         report.save_grid(samples, grid)
-        record["samples"] = dict(path=grid, protocol=dict(
-            num=c.eval.num_samples, method=c.sample.method,
-            steps=c.sample.ddim_steps if c.sample.method == "ddim" else c.diffusion.num_timesteps, parameters="EMA"))
+        record["samples"] = dict(
+            path=grid,
+            protocol=dict(
+                num=c.eval.num_samples,
+                method=c.sample.method,
+                steps=setup.process.sampling_steps(c.sample.method, c.sample.ddim_steps),
+                parameters="EMA",
+            ),
+        )
         path = os.path.join(out, f"step_{step:07d}.json")
         with open(path + ".tmp", "w") as fh:
             json.dump(record, fh, indent=2)
@@ -160,11 +206,9 @@ class PeriodicEval:
     KEY = 0x9E71  # fixed, not config.seed: every run is evaluated on the same noise and sample seeds
 
     def __init__(self, setup):
-        from evaluation.features import make_feature_space
-
         c = setup.config
         self.setup, self.p = setup, c.eval.periodic
-        test = load_split(c, "test")
+        test = load_split(c.data, "test")
         n = len(test) if self.p.nll_images == -1 else min(self.p.nll_images, len(test))
         self.images = test.get(np.arange(n))
         self.space = make_feature_space(c)
@@ -176,21 +220,26 @@ class PeriodicEval:
 
     def protocol(self) -> dict:
         p = self.p
-        return dict(nll=f"bpd_T{p.nll_timesteps}: unbiased stratified estimate of the test bound over "
-                        f"{len(self.images)} test images: t = 0 plus one random t in each of {p.nll_timesteps - 1} "
-                        f"geometrically spaced strata of 1..T-1, weighted by stratum size",
-                    fid=None if self.space is None else
-                    f"fid_N{p.num_samples} / kid_N{p.num_samples}: {p.num_samples} samples ({p.method}"
-                    f"{', %d steps' % p.ddim_steps if p.method == 'ddim' else ''}) in the {self.space.name} space",
-                    parameters="EMA", note="cheap estimates for convergence curves, not --mode=eval numbers")
+        return dict(
+            nll=f"bpd_T{p.nll_timesteps}: unbiased stratified estimate of the test bound over "
+            f"{len(self.images)} test images: t = 0 plus one random t in each of {p.nll_timesteps - 1} "
+            f"geometrically spaced strata of 1..T-1, weighted by stratum size",
+            fid=None
+            if self.space is None
+            else f"fid_N{p.num_samples} / kid_N{p.num_samples}: {p.num_samples} samples ({p.method}"
+            f"{f', {p.ddim_steps} steps' if p.method == 'ddim' else ''}) in the {self.space.name} space",
+            parameters="EMA",
+            note="cheap estimates for convergence curves, not --mode=eval numbers",
+        )
 
     def __call__(self, params) -> dict:
         p, t0 = self.p, time.perf_counter()
         bpd, _, _ = bound_bpd(self.setup, params, self.images, self.key, num_t=p.nll_timesteps)
         out = {f"{self.prefix}bpd_T{p.nll_timesteps}": bpd}
         if self.space is not None:
-            scores, _ = sample_quality(self.setup, self.space, params, jax.random.fold_in(self.key, 1),
-                                       p.num_samples, p.method, p.ddim_steps)
+            scores, _ = sample_quality(
+                self.setup, self.space, params, jax.random.fold_in(self.key, 1), p.num_samples, p.method, p.ddim_steps
+            )
             out[f"{self.prefix}fid_N{p.num_samples}"] = scores["fid"]
             if "kid" in scores:
                 out[f"{self.prefix}kid_N{p.num_samples}"] = scores["kid"]

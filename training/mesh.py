@@ -1,19 +1,36 @@
 """The device mesh and the shardings built from the config."""
+
 import jax
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import AxisType, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from core.fields import Bool, Int, all_mutable
 
 DATA = "data"
 
+MESH_FIELDS = all_mutable(
+    dict(
+        data=Int(-1, 1, extra=(-1,)),  # devices on the data axis; -1: all
+        # Shard parameters, optimizer moments and EMA over the data axis (FSDP-style) instead of replicating them: for
+        # models whose state does not fit a device several times over. Same results, more communication.
+        shard_params=Bool(False),
+        # On a CPU-only host main.py splits the CPU into this many XLA devices before JAX starts (-1: one per core, the
+        # largest count that divides the batch): XLA runs these small convolutions on one thread per device, so
+        # data parallelism over per-core devices is what uses every core. Ignored when XLA_FLAGS sets the count.
+        cpu_devices=Int(-1, 1, extra=(-1,)),
+    )
+)
 
-def data_axis_size(config) -> int:
-    n = config.mesh.data
+
+def data_axis_size(mesh_cfg) -> int:
+    n = mesh_cfg.data
     return jax.device_count() if n == -1 else int(n)
 
 
-def make_mesh(config) -> jax.sharding.Mesh:
-    """A 1-D mesh named 'data' over `config.mesh.data` devices (all by default). Axis types are explicit
-    Auto: the default changed across JAX versions (style.md)."""
-    n = data_axis_size(config)
+def make_mesh(mesh_cfg) -> jax.sharding.Mesh:
+    """A 1-D mesh named 'data' over `config.mesh.data` devices (all by default; pass config.mesh). Axis types are
+    explicit Auto: the default changed across JAX versions (style.md)."""
+    n = data_axis_size(mesh_cfg)
     return jax.make_mesh((n,), (DATA,), axis_types=(AxisType.Auto,), devices=jax.devices()[:n])
 
 
@@ -44,5 +61,8 @@ def state_shardings(abstract_state, mesh, shard_params: bool):
     if not shard_params:
         return rep
     fsdp = lambda tree: jax.tree.map(lambda x: fsdp_sharding(x, mesh), tree)
-    return rep.replace(params=fsdp(abstract_state.params), opt_state=fsdp(abstract_state.opt_state),
-                       ema_params=fsdp(abstract_state.ema_params))
+    return rep.replace(
+        params=fsdp(abstract_state.params),
+        opt_state=fsdp(abstract_state.opt_state),
+        ema_params=fsdp(abstract_state.ema_params),
+    )

@@ -1,4 +1,5 @@
 """Host set-up that must happen before JAX initialises its backends."""
+
 import os
 
 FLAG = "--xla_force_host_platform_device_count"

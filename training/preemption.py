@@ -7,6 +7,7 @@ checkpoint readable either way).
 With several processes, all must stop at the same step: `requested()` is then an all-gather of every process's
 flag, one small collective per step.
 """
+
 import signal
 import threading
 

@@ -1,8 +1,21 @@
 """What a person watching a run sees: metrics files, TensorBoard, sample grids and the timestep pictures."""
+
 import json
 import os
 
 import numpy as np
+
+from core.fields import Choice, Int, all_mutable
+from diffusion.sampling import METHODS
+
+# The sample grid written at the end of training (EMA parameters).
+SAMPLE_FIELDS = all_mutable(
+    dict(
+        num=Int(64, 1),
+        method=Choice("ancestral", METHODS),  # ancestral (all T steps) | ddim
+        ddim_steps=Int(100, 1, "T"),
+    )
+)
 
 
 def save_grid(images_u8: np.ndarray, path: str):
@@ -15,7 +28,7 @@ def save_grid(images_u8: np.ndarray, path: str):
     grid = np.zeros((rows * (h + 1) + 1, cols * (w + 1) + 1, c), np.uint8)
     for i, im in enumerate(images_u8):
         r, q = divmod(i, cols)
-        grid[1 + r * (h + 1):1 + r * (h + 1) + h, 1 + q * (w + 1):1 + q * (w + 1) + w] = im
+        grid[1 + r * (h + 1) : 1 + r * (h + 1) + h, 1 + q * (w + 1) : 1 + q * (w + 1) + w] = im
     img = Image.fromarray(grid[..., 0] if c == 1 else grid)
     scale = max(1, 256 // grid.shape[1])
     if scale > 1:
@@ -62,8 +75,13 @@ def timestep_pictures(metrics_path: str, out_dir: str, num_timesteps: int):
     dens = hist / np.maximum(hist.sum(1, keepdims=True), 1) * nb  # 1.0 = uniform
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
-    im = ax.imshow(dens, aspect="auto", origin="lower", cmap="magma",
-                   extent=(0, num_timesteps, steps[0], steps[-1] if len(steps) > 1 else steps[0] + 1))
+    im = ax.imshow(
+        dens,
+        aspect="auto",
+        origin="lower",
+        cmap="magma",
+        extent=(0, num_timesteps, steps[0], steps[-1] if len(steps) > 1 else steps[0] + 1),
+    )
     ax.set_xlabel("timestep t")
     ax.set_ylabel("training step")
     ax.set_title("timestep distribution over training (density / uniform)")
@@ -119,10 +137,17 @@ class MetricWriter:
             h = np.asarray(arrays["t_hist"])
             edges = np.linspace(0, 1, len(h) + 1)
             # a histogram over normalised t in [0, 1]: one sample per bin centre, weighted by counts
-            self.tb.add_histogram_raw("timesteps/drawn", min=0.0, max=1.0, num=int(h.sum()),
-                                      sum=float((h * (edges[:-1] + edges[1:]) / 2).sum()),
-                                      sum_squares=float((h * ((edges[:-1] + edges[1:]) / 2) ** 2).sum()),
-                                      bucket_limits=edges[1:].tolist(), bucket_counts=h.tolist(), global_step=step)
+            self.tb.add_histogram_raw(
+                "timesteps/drawn",
+                min=0.0,
+                max=1.0,
+                num=int(h.sum()),
+                sum=float((h * (edges[:-1] + edges[1:]) / 2).sum()),
+                sum_squares=float((h * ((edges[:-1] + edges[1:]) / 2) ** 2).sum()),
+                bucket_limits=edges[1:].tolist(),
+                bucket_counts=h.tolist(),
+                global_step=step,
+            )
         self.tb.flush()
 
     def close(self):

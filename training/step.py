@@ -4,13 +4,20 @@ Samples timesteps from the sampler, takes one Adam step of the diffusion model o
 then lets the sampler update its own state from what the step computed (the learned sampler runs its probes and
 policy update there, under lax.cond). Everything is one XLA computation; jit it once with shardings (train.py).
 """
+
 import jax
 import jax.numpy as jnp
 import optax
 
-from diffusion import gaussian as g
+from core.fields import Int, all_mutable
 from samplers.base import StepContext
 from training.state import TrainState, lr_schedule
+
+DIAGNOSTICS_FIELDS = all_mutable(
+    dict(
+        t_bins=Int(50, 1, "T"),  # bins of the timestep histogram and the per-timestep loss
+    )
+)
 
 
 def to_float(images_u8):
@@ -23,36 +30,36 @@ def make_apply(model):
         if dropout_key is None:
             return model.apply(params, x, t, train=False)
         return model.apply(params, x, t, train=True, rngs={"dropout": dropout_key})
+
     return apply
 
 
-def make_terms_fn(model, config, schedule):
+def make_terms_fn(model, process):
     """terms_fn(params, x0 [B,...], ts [K], noise [K,B,...], dropout_key=None, kl_only=False, max_rows=0)
-    -> [B, K] bits/dim; max_rows > 0 runs the network on at most that many rows at a time (gaussian.bound_terms).
+    -> [B, K] bits/dim; max_rows > 0 runs the network on at most that many rows at a time (process.bound_terms).
     The network runs in float32 whatever config.model.dtype says: the bound terms, and the learned sampler's reward
     (a small difference of two such terms), would be biased by bfloat16 rounding. The parameters are the same."""
     apply = make_apply(model.clone(dtype=jnp.float32))
-    target, variance = config.diffusion.target, config.diffusion.variance
 
     def terms_fn(params, x0, ts, noise, dropout_key=None, kl_only=False, max_rows=0):
-        return g.bound_terms(lambda x, t: apply(params, x, t, dropout_key), schedule, target, variance, x0, ts, noise,
-                             kl_only=kl_only, max_rows=max_rows)
+        return process.bound_terms(
+            lambda x, t: apply(params, x, t, dropout_key), x0, ts, noise, kl_only=kl_only, max_rows=max_rows
+        )
+
     return terms_fn
 
 
-def make_train_step(config, model, schedule, sampler, weighting, tx):
-    target = config.diffusion.target
-    T = schedule.num_timesteps
+def make_train_step(config, model, process, sampler, weighting, tx):
+    """The pure step for the config's train and diagnostics sections and the given parts."""
     nbins = config.diagnostics.t_bins
     decay = config.train.ema_decay
     apply = make_apply(model)
-    terms_fn = make_terms_fn(model, config, schedule)
-    lr_at = lr_schedule(config)
+    terms_fn = make_terms_fn(model, process)
+    lr_at = lr_schedule(config.train)
 
     def example_mse(params, x0, t, noise, dropout_key):
         """Per-example MSE of the model's target: [B]."""
-        xt = g.q_sample(schedule, x0, t, noise)
-        return g.mean_flat((apply(params, xt, t, dropout_key) - g.training_target(schedule, target, x0, t, noise)) ** 2)
+        return process.example_mse(lambda xt, tt: apply(params, xt, tt, dropout_key), x0, t, noise)
 
     def example_loss_fn(params, x0, t, noise, dropout_key):
         """Each example's objective before any importance weight, w(t) * MSE: [B]."""
@@ -75,27 +82,47 @@ def make_train_step(config, model, schedule, sampler, weighting, tx):
         params = optax.apply_updates(state.params, updates)
         ema = jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, state.ema_params, params)
 
-        ctx = StepContext(step=state.step, key=k_sampler, x0=x0, t=t, aux=aux, losses=w_t * mse,
-                          params_before=state.params, params_after=params, terms_fn=terms_fn,
-                          example_loss_fn=example_loss_fn)
+        ctx = StepContext(
+            step=state.step,
+            key=k_sampler,
+            x0=x0,
+            t=t,
+            aux=aux,
+            losses=w_t * mse,
+            params_before=state.params,
+            params_after=params,
+            terms_fn=terms_fn,
+            example_loss_fn=example_loss_fn,
+        )
         sampler_state, sampler_metrics = sampler.update(state.sampler_state, ctx)
 
         grad_norm = optax.tree.norm(grads)
         # Parameters can be finite yet so large that the next forward pass overflows (an absurd learning rate):
         # a norm beyond float32 catches them at the step that made them, before they are checkpointed.
         param_norm = optax.tree.norm(params)
-        bins = t * nbins // T
+        bins = process.time_bins(t, nbins)
         metrics = dict(
-            loss=loss, mse=jnp.mean(mse), grad_norm=grad_norm, lr=lr_at(state.step),
-            param_norm=param_norm, finite_loss=jnp.isfinite(loss), finite_grads=jnp.isfinite(grad_norm),
+            loss=loss,
+            mse=jnp.mean(mse),
+            grad_norm=grad_norm,
+            lr=lr_at(state.step),
+            param_norm=param_norm,
+            finite_loss=jnp.isfinite(loss),
+            finite_grads=jnp.isfinite(grad_norm),
             finite_params=jnp.isfinite(param_norm),
             finite_sampler=sampler.check_finite(sampler_state, aux),
             t_hist=jnp.zeros((nbins,), jnp.int32).at[bins].add(1),
             t_loss_sum=jnp.zeros((nbins,), jnp.float32).at[bins].add(mse),
             **{"sampler/" + k: v for k, v in sampler_metrics.items()},
         )
-        new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state, ema_params=ema,
-                               sampler_state=sampler_state, rng=state.rng)
+        new_state = TrainState(
+            step=state.step + 1,
+            params=params,
+            opt_state=opt_state,
+            ema_params=ema,
+            sampler_state=sampler_state,
+            rng=state.rng,
+        )
         return new_state, metrics
 
     return train_step

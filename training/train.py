@@ -1,111 +1,47 @@
 """The training loop, importable from a notebook: `train(config, workdir)`.
 
-Shapes -> shardings -> sharded init (or restore) -> one jitted, donated train step -> metrics at log steps,
-checkpoints every config.train.ckpt_every steps and at the end -> EMA samples and timestep pictures.
+build (setup.py) -> restore or initialise -> one jitted, donated train step per batch -> metrics at log steps,
+checkpoints every config.train.ckpt_every steps and at the end, periodic evaluation -> EMA samples and timestep
+pictures. The loop's pieces are the methods of `Loop`: `_log` (the window's summary and the divergence check),
+`_checkpoint`, `_periodic_eval` and the stop request, each with its own clock.
 """
-import dataclasses
+
+import json
 import os
 import sys
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from absl import logging
 
 from data import BatchIterator, load_split
-from diffusion import make_schedule, sampling
-from samplers import make_sampler
 from training import checkpoint as ckpt
 from training import report
-from training.mesh import batch_sharding, make_mesh, replicated, state_shardings
+from training.evaluate import PeriodicEval
 from training.preemption import StopRequest
-from training.state import image_shape, init_state, make_model, make_optimizer
-from training.step import make_apply, make_train_step
-from training.validate import check_workdir, validate
-from weightings import make_weighting
+from training.setup import Setup, build, generate, initial_state
+from training.validate import check_workdir
 
 
 class TrainingDiverged(RuntimeError):
     pass
 
 
-@dataclasses.dataclass
-class Setup:
-    config: object
-    mesh: object
-    schedule: object
-    model: object
-    sampler: object
-    weighting: object
-    tx: object
-    train_step: object  # the raw pure function
-    step_fn: object  # jitted with shardings, state donated
-    abstract_state: object
-    state_shardings: object
-    batch_sharding: object
-
-    def jit_step(self, fn):
-        """jit a (state, batch) -> (state, metrics) function with the train step's shardings, state donated."""
-        return jax.jit(fn, in_shardings=(self.state_shardings, self.batch_sharding),
-                       out_shardings=(self.state_shardings, replicated(self.mesh)), donate_argnums=(0,))
+FLAGS = (
+    ("loss", "finite_loss"),
+    ("gradients", "finite_grads"),
+    ("parameters (norm beyond float32)", "finite_params"),
+    ("sampler outputs", "finite_sampler"),
+)
 
 
-def build(config) -> Setup:
-    """Validate the config and build everything that does not depend on the workdir. Compiles nothing yet."""
-    validate(config)
-    mesh = make_mesh(config)
-    schedule = make_schedule(config.diffusion.schedule, config.diffusion.num_timesteps)
-    model = make_model(config)
-    sampler = make_sampler(config, schedule)
-    weighting = make_weighting(config, schedule)
-    tx = make_optimizer(config)
-    raw = make_train_step(config, model, schedule, sampler, weighting, tx)
-    abstract = jax.eval_shape(lambda k: init_state(config, model, tx, sampler, k), jax.random.PRNGKey(0))
-    state_sh = state_shardings(abstract, mesh, config.mesh.shard_params)
-    b_sh = batch_sharding(mesh)
-    setup = Setup(config, mesh, schedule, model, sampler, weighting, tx, raw, None, abstract, state_sh, b_sh)
-    setup.step_fn = setup.jit_step(raw)
-    return setup
-
-
-def initial_state(setup: Setup):
-    c = setup.config
-    init = jax.jit(lambda k: init_state(c, setup.model, setup.tx, setup.sampler, k), out_shardings=setup.state_shardings)
-    return init(jax.random.PRNGKey(c.seed))
-
-
-def generate(setup: Setup, params, key, num: int, method: str = None, steps: int = None) -> np.ndarray:
-    """num samples from `params` as uint8 [num, H, W, C], on every process (a collective: all processes call it).
-    The batch is sharded over the data axis (num padded up to a multiple of its size). method/steps default to
-    config.sample.method / config.sample.ddim_steps."""
-    from jax.experimental import multihost_utils
-
-    c = setup.config
-    method = method or c.sample.method
-    steps = steps or c.sample.ddim_steps
-    apply = make_apply(setup.model)
-    n_dev = setup.mesh.shape["data"]
-    shape = image_shape(c, -(-num // n_dev) * n_dev)
-    constrain = lambda x: jax.lax.with_sharding_constraint(x, setup.batch_sharding)
-    if method == "ddim":
-        fn = lambda p, k: sampling.ddim(lambda x, t: apply(p, x, t), setup.schedule, c.diffusion.target, k, shape,
-                                        steps, constrain=constrain)
-    else:
-        fn = lambda p, k: sampling.ancestral(lambda x, t: apply(p, x, t), setup.schedule, c.diffusion.target,
-                                             c.diffusion.variance, k, shape, constrain=constrain)
-    to_u8 = lambda x: jnp.round((x + 1.0) * 127.5).clip(0, 255).astype(jnp.uint8)
-    x = jax.jit(lambda p, k: to_u8(fn(p, k)), out_shardings=setup.batch_sharding)(params, key)
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))[:num]
-
-
-def _summarise(window, first_step):
-    """Host-side summary of a window of per-step metrics; raises TrainingDiverged at the first non-finite step."""
+def summarise(window, first_step):
+    """Host-side summary of a window of per-step metrics: (first non-finite step, what was non-finite, None) or
+    (None, None, (scalars, arrays))."""
     host = jax.device_get(window)
     for i, m in enumerate(host):
-        bad = [q for q, k in (("loss", "finite_loss"), ("gradients", "finite_grads"),
-                              ("parameters (norm beyond float32)", "finite_params"),
-                              ("sampler outputs", "finite_sampler")) if not bool(m[k])]
+        bad = [what for what, flag in FLAGS if not bool(m[flag])]
         if bad:
             return first_step + i, bad, None
     scalars = {k: float(np.mean([m[k] for m in host])) for k in ("loss", "mse", "grad_norm", "param_norm")}
@@ -113,21 +49,11 @@ def _summarise(window, first_step):
     arrays = {k: np.sum([m[k] for m in host], axis=0) for k in ("t_hist", "t_loss_sum")}
     for k, v in host[-1].items():
         if k.startswith("sampler/"):
-            (scalars if np.ndim(v) == 0 else arrays)[k] = float(v) if np.ndim(v) == 0 else np.asarray(v)
+            if np.ndim(v) == 0:
+                scalars[k] = float(v)
+            else:
+                arrays[k] = np.asarray(v)
     return None, None, (scalars, arrays)
-
-
-def _start_periodic(setup, workdir, is_main):
-    from training.evaluate import PeriodicEval
-
-    periodic = PeriodicEval(setup)
-    if is_main:
-        import json
-
-        os.makedirs(os.path.join(workdir, "eval"), exist_ok=True)
-        with open(os.path.join(workdir, "eval", "periodic_protocol.json"), "w") as f:
-            json.dump(periodic.protocol(), f, indent=2)
-    return periodic
 
 
 def train(config, workdir: str):
@@ -139,114 +65,174 @@ def train(config, workdir: str):
     ckpt.check_run_identity(config, workdir)
     mngr = ckpt.make_manager(config, workdir)
     try:  # closed on every way out: orbax's threads must not outlive it
-        return _run(setup, mngr, workdir)
+        return Loop(setup, mngr, workdir).run()
     finally:
         mngr.close()
 
 
-def _run(setup, mngr, workdir):
-    """Restore or initialise, run the loop to config.train.num_steps (or a stop signal), then samples and pictures."""
-    c = setup.config
-    is_main = jax.process_index() == 0
-    latest = mngr.latest_step()
-    metrics_path = os.path.join(workdir, "metrics.jsonl")
-    if latest is not None:
-        abstract = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
-        state = ckpt.restore(mngr, latest, abstract, workdir)
+class Loop:
+    """One attempt at a run: restore or initialise, step to config.train.num_steps (or a stop signal), then samples
+    and pictures."""
+
+    def __init__(self, setup: Setup, mngr, workdir: str):
+        self.setup, self.mngr, self.workdir = setup, mngr, workdir
+        self.c = setup.config
+        self.is_main = jax.process_index() == 0
+        self.metrics_path = os.path.join(workdir, "metrics.jsonl")
+        self.periodic = None
+        self.last_saved = mngr.latest_step()
+
+    # -- start ----------------------------------------------------------------------------------------------------
+    def _restore_or_init(self):
+        """(state, start step); drops metrics records past the restored step (an attempt that died after them)."""
+        latest = self.last_saved
+        if latest is None:
+            if self.is_main:  # records of an earlier attempt that never reached a checkpoint
+                report.truncate_metrics(self.metrics_path, 0)
+            return initial_state(self.setup), 0
+        abstract = ckpt.abstract_with_shardings(self.setup.abstract_state, self.setup.state_shardings)
+        state = ckpt.restore(self.mngr, latest, abstract, self.workdir)
         start = int(state.step)
-        if is_main:
-            report.truncate_metrics(metrics_path, start)
-            logging.info("resumed from %s at step %d", workdir, start)
-            print(f"Resuming from checkpoint step {start} in {workdir}", flush=True)
-    else:
-        state = initial_state(setup)
-        start = 0
-        if is_main:  # records of an earlier attempt that never reached a checkpoint
-            report.truncate_metrics(metrics_path, 0)
+        if self.is_main:
+            report.truncate_metrics(self.metrics_path, start)
+            logging.info("resumed from %s at step %d", self.workdir, start)
+            print(f"Resuming from checkpoint step {start} in {self.workdir}", flush=True)
+        return state, start
 
-    train_source = load_split(c, "train")
-    batches = BatchIterator(train_source, c.seed, c.train.batch_size, setup.batch_sharding, start_step=start)
-    writer = report.MetricWriter(workdir, enabled=is_main)
-    from tqdm import tqdm
+    def _start_clocks(self, start):
+        """train_seconds: wall-clock of training alone (steps, logging, checkpoints; not periodic evaluation),
+        summed over the run's resumed attempts."""
+        prior = [r["train_seconds"] for r in report.read_metrics(self.metrics_path) if "train_seconds" in r]
+        self.seconds_before = prior[-1] if prior and start else 0.0
+        self.t_start = self.t_window = time.perf_counter()
+        self.eval_seconds = 0.0
 
-    bar = tqdm(total=c.train.num_steps, initial=start, disable=not is_main, dynamic_ncols=True, desc="train",
-               mininterval=0.5 if sys.stderr.isatty() else 30.0)
-    window, window_start, t_window = [], start, time.perf_counter()
-    # train_seconds: wall-clock of training alone (steps, logging, checkpoints; not periodic evaluation), summed
-    # over the run's resumed attempts
-    prior = [r["train_seconds"] for r in report.read_metrics(metrics_path) if "train_seconds" in r]
-    seconds_before, t_start, eval_seconds = (prior[-1] if prior and start else 0.0), t_window, 0.0
-    periodic = None
-    if start and c.eval.periodic.every and start % c.eval.periodic.every == 0 and start < c.train.num_steps:
-        # the last attempt stopped (signal, kill) after this checkpoint but before its periodic evaluation was logged
-        have = any("periodic/seconds" in r and r["step"] == start for r in report.read_metrics(metrics_path))
+    def _train_seconds(self, now):
+        return self.seconds_before + now - self.t_start - self.eval_seconds
+
+    # -- pieces of a step -----------------------------------------------------------------------------------------
+    def _log(self, done):
+        """Summarise the window ending at step `done`: raise TrainingDiverged at its first non-finite step, else
+        write the record."""
+        bad_step, bad, summary = summarise(self.window, self.window_start)
+        if bad_step is not None:
+            raise TrainingDiverged(
+                f"step {bad_step}: non-finite {', '.join(bad)}; the last good checkpoint is step {self.last_saved} "
+                f"in {self.workdir}/checkpoints (resume with a changed config, e.g. a lower --config.train.lr)"
+            )
+        scalars, arrays = summary
+        now = time.perf_counter()
+        scalars["steps_per_sec"] = len(self.window) / (now - self.t_window)
+        scalars["train_seconds"] = self._train_seconds(now)
+        self.writer.write(done, scalars, arrays)
+        self.bar.set_postfix(loss=f"{scalars['loss']:.4f}", refresh=False)
+        self.window, self.window_start, self.t_window = [], done, now
+
+    def _checkpoint(self, done, state):
+        ckpt.save(self.mngr, done, state)
+        self.last_saved = done
+
+    def _periodic_eval(self, done, state):
+        """The periodic evaluation of the EMA parameters at step `done`; its time is kept out of the training
+        clocks."""
+        t_eval = time.perf_counter()
+        scalars = self._periodic()(state.ema_params)
+        scalars["train_seconds"] = self._train_seconds(t_eval)
+        self.writer.write(done, scalars)
+        self.bar.set_postfix(
+            {k.split("/")[1]: f"{v:.3f}" for k, v in scalars.items() if "seconds" not in k}, refresh=False
+        )
+        spent = time.perf_counter() - t_eval
+        self.eval_seconds += spent
+        self.t_window += spent  # steps_per_sec counts training only
+
+    def _periodic(self) -> PeriodicEval:
+        """The periodic evaluation, made at its first use (it reads the test split and the feature space), with its
+        protocol written next to the metrics."""
+        if self.periodic is None:
+            self.periodic = PeriodicEval(self.setup)
+            if self.is_main:
+                os.makedirs(os.path.join(self.workdir, "eval"), exist_ok=True)
+                with open(os.path.join(self.workdir, "eval", "periodic_protocol.json"), "w") as f:
+                    json.dump(self.periodic.protocol(), f, indent=2)
+        return self.periodic
+
+    def _catch_up_periodic(self, start, state):
+        """The last attempt stopped (signal, kill) after checkpoint `start` but before its periodic evaluation was
+        logged: log it now."""
+        every = self.c.eval.periodic.every
+        if not (start and every and start % every == 0 and start < self.c.train.num_steps):
+            return
         from jax.experimental import multihost_utils
 
+        have = any("periodic/seconds" in r and r["step"] == start for r in report.read_metrics(self.metrics_path))
         if not bool(multihost_utils.broadcast_one_to_all(np.asarray(have))):  # process 0 holds the metrics
-            periodic = _start_periodic(setup, workdir, is_main)
-            writer.write(start, {**periodic(state.ema_params), "train_seconds": seconds_before})
-    last_saved = latest
-    stopped_by = None
-    stop = StopRequest()
-    try:
-        with stop:
-            for step in range(start, c.train.num_steps):
-                _, batch = next(batches)
-                state, metrics = setup.step_fn(state, batch)
-                window.append(metrics)
-                done = step + 1
-                stop_now = stop.requested()
-                save_now = done % c.train.ckpt_every == 0 or done == c.train.num_steps or stop_now
-                if done % c.train.log_every == 0 or save_now:
-                    bad_step, bad, summary = _summarise(window, window_start)
-                    if bad_step is not None:
-                        raise TrainingDiverged(
-                            f"step {bad_step}: non-finite {', '.join(bad)}; the last good checkpoint is step "
-                            f"{last_saved} in {workdir}/checkpoints (resume with a changed config, e.g. a lower "
-                            f"--config.train.lr)")
-                    scalars, arrays = summary
-                    now = time.perf_counter()
-                    scalars["steps_per_sec"] = len(window) / (now - t_window)
-                    scalars["train_seconds"] = seconds_before + now - t_start - eval_seconds
-                    writer.write(done, scalars, arrays)
-                    bar.set_postfix(loss=f"{scalars['loss']:.4f}", refresh=False)
-                    window, window_start, t_window = [], done, now
-                if save_now:
-                    ckpt.save(mngr, done, state)
-                    last_saved = done
-                if c.eval.periodic.every and done % c.eval.periodic.every == 0 and not stop_now:
-                    t_eval = time.perf_counter()
-                    if periodic is None:
-                        periodic = _start_periodic(setup, workdir, is_main)
-                    scalars = periodic(state.ema_params)
-                    scalars["train_seconds"] = seconds_before + t_eval - t_start - eval_seconds
-                    writer.write(done, scalars)
-                    bar.set_postfix({k.split("/")[1]: f"{v:.3f}" for k, v in scalars.items() if "seconds" not in k},
-                                    refresh=False)
-                    spent = time.perf_counter() - t_eval
-                    eval_seconds += spent
-                    t_window += spent  # steps_per_sec counts training only
-                bar.update(1)
-                if stop_now:
-                    stopped_by = stop.name
-                    break
-    finally:
-        batches.close()
-        bar.close()
-        writer.close()
+            self.writer.write(start, {**self._periodic()(state.ema_params), "train_seconds": self.seconds_before})
 
-    if stopped_by is not None:
-        if is_main:
-            print(f"Stopped by {stopped_by} at step {last_saved}: checkpoint {last_saved} is in {workdir}/checkpoints. "
-                  f"Run the same command to resume.", flush=True)
-        return state
-    if c.train.num_steps > 0:
-        key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0x5A5A)
-        images = generate(setup, state.ema_params, key, c.sample.num)
-        if not is_main:
+    # -- the loop -------------------------------------------------------------------------------------------------
+    def run(self):
+        c = self.c
+        state, start = self._restore_or_init()
+        batches = BatchIterator(
+            load_split(c.data, "train"), c.seed, c.train.batch_size, self.setup.batch_sharding, start_step=start
+        )
+        self.writer = report.MetricWriter(self.workdir, enabled=self.is_main)
+        from tqdm import tqdm
+
+        self.bar = tqdm(
+            total=c.train.num_steps,
+            initial=start,
+            disable=not self.is_main,
+            dynamic_ncols=True,
+            desc="train",
+            mininterval=0.5 if sys.stderr.isatty() else 30.0,
+        )
+        self.window, self.window_start = [], start
+        self._start_clocks(start)
+        stopped_by = None
+        try:
+            self._catch_up_periodic(start, state)
+            with StopRequest() as stop:
+                for step in range(start, c.train.num_steps):
+                    _, batch = next(batches)
+                    state, metrics = self.setup.step_fn(state, batch)
+                    self.window.append(metrics)
+                    done = step + 1
+                    stop_now = stop.requested()
+                    save_now = done % c.train.ckpt_every == 0 or done == c.train.num_steps or stop_now
+                    if done % c.train.log_every == 0 or save_now:
+                        self._log(done)
+                    if save_now:
+                        self._checkpoint(done, state)
+                    if c.eval.periodic.every and done % c.eval.periodic.every == 0 and not stop_now:
+                        self._periodic_eval(done, state)
+                    self.bar.update(1)
+                    if stop_now:
+                        stopped_by = stop.name
+                        break
+        finally:
+            batches.close()
+            self.bar.close()
+            self.writer.close()
+
+        if stopped_by is not None:
+            if self.is_main:
+                print(
+                    f"Stopped by {stopped_by} at step {self.last_saved}: checkpoint {self.last_saved} is in "
+                    f"{self.workdir}/checkpoints. Run the same command to resume.",
+                    flush=True,
+                )
             return state
-        path = os.path.join(workdir, "samples", f"step_{int(state.step):07d}.png")
+        if c.train.num_steps > 0:
+            self._final_samples(state)
+        return state
+
+    def _final_samples(self, state):
+        key = jax.random.fold_in(jax.random.PRNGKey(self.c.seed), 0x5A5A)
+        images = generate(self.setup, state.ema_params, key, self.c.sample.num)
+        if not self.is_main:
+            return
+        path = os.path.join(self.workdir, "samples", f"step_{int(state.step):07d}.png")
         report.save_grid(images, path)
-        pics = report.timestep_pictures(metrics_path, workdir, setup.schedule.num_timesteps)
+        pics = report.timestep_pictures(self.metrics_path, self.workdir, self.setup.process.num_timesteps)
         print(f"Samples: {path}" + "".join(f"\nPicture: {p}" for p in pics), flush=True)
-    return state

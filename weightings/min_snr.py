@@ -1,12 +1,14 @@
-"""Min-SNR-gamma weighting (Hang et al. 2023), in the form that matches the model's target (config.diffusion.target):
+"""Min-SNR-gamma weighting (Hang et al. 2023), in the form that matches the process's prediction target:
     eps: w = min(SNR, gamma) / SNR;   v: w = min(SNR, gamma) / (SNR + 1);   x0: w = min(SNR, gamma);
 and w = 1 where SNR = 0 (a zero-terminal-SNR step), where the eps and x0 forms would be 0/0 and 0.
 Known bugs elsewhere that this does not repeat (method.md section 3): SpeeD's comparison code uses 5 / (SNR + 1)
 for every target; diffusers once shipped min(SNR + 1, gamma) / (SNR + 1) for v.
 """
+
 import numpy as np
 
-from weightings.base import Weighting, snr
+from core.fields import Num
+from weightings.base import WEIGHTINGS, Weighting, snr
 
 
 def min_snr_weights(s: np.ndarray, gamma: float, target: str) -> np.ndarray:
@@ -16,15 +18,11 @@ def min_snr_weights(s: np.ndarray, gamma: float, target: str) -> np.ndarray:
     return np.where(s > 0, w, 1.0)
 
 
+@WEIGHTINGS.register
 class MinSNR(Weighting):
     name = "min_snr"
+    FIELDS = dict(gamma=Num(5.0, 0, lo_open=True, note="(paper: 5)"))  # form follows the process's target
 
     @classmethod
-    def validate(cls, config):
-        w = config.weighting.min_snr
-        if not w.gamma > 0:
-            raise ValueError(f"config.weighting.min_snr.gamma={w.gamma} must be > 0 (paper: 5)")
-
-    @classmethod
-    def table(cls, config, schedule):
-        return min_snr_weights(snr(schedule), config.weighting.min_snr.gamma, config.diffusion.target)
+    def table(cls, cfg, process):
+        return min_snr_weights(snr(process), cfg.gamma, process.target)

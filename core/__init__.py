@@ -1,0 +1,1 @@
+"""Config fields and part registries shared by every part of the project."""

@@ -1,0 +1,62 @@
+"""Datasets read through tensorflow-datasets' random-access `data_source` (array_record files) from
+config.data.data_dir. Nothing is downloaded at run time: a dataset that is not prepared there stops the run with the
+command that prepares it."""
+
+import numpy as np
+
+from data.base import DATASETS, Dataset, DatasetNotFound
+
+
+class TfdsSource:
+    """tfds random-access source; reads only the records asked for (each process its own shard)."""
+
+    def __init__(self, name: str, tfds_name: str, key: str, split: str, data_dir: str):
+        import tensorflow_datasets as tfds
+
+        if name == "digits_tfds":
+            from data import digits_builder  # noqa: F401  registers the builder
+        self.key = key
+        builder = tfds.builder(tfds_name, data_dir=data_dir or None)
+        if not builder.is_prepared():
+            raise DatasetNotFound(
+                f"config.data.name={name!r}: no prepared tensorflow-datasets copy of {tfds_name!r} under "
+                f"config.data.data_dir={data_dir!r}. On a machine with network run: "
+                f"tfds build {tfds_name} --data_dir={data_dir or '~/tensorflow_datasets'} --file_format=array_record "
+                f"(needs `pip install tensorflow`), then copy that folder here."
+            )
+        self.source = tfds.data_source(tfds_name, split=split, data_dir=data_dir or None)
+
+    def __len__(self):
+        return len(self.source)
+
+    def get(self, indices):
+        if hasattr(self.source, "__getitems__"):
+            records = self.source.__getitems__(list(map(int, indices)))
+        else:
+            records = [self.source[int(i)] for i in indices]
+        return np.stack([np.asarray(r[self.key]) for r in records]).astype(np.uint8)
+
+
+class TfdsDataset(Dataset):
+    tfds_name, image_key = "", "image"
+
+    @classmethod
+    def load(cls, cfg, split):
+        return TfdsSource(cls.name, cls.tfds_name, cls.image_key, split, cfg.data_dir)
+
+
+def tfds_dataset(name: str, tfds_name: str, shape):
+    """Register a tfds dataset whose images have `shape` (H, W, C)."""
+    part = type(
+        f"Tfds_{name}",
+        (TfdsDataset,),
+        dict(name=name, tfds_name=tfds_name, shape=shape, __doc__=f"tensorflow-datasets' {tfds_name}"),
+    )
+    return DATASETS.register(part)
+
+
+tfds_dataset("cifar10", "cifar10", (32, 32, 3))
+tfds_dataset("celeb_a_hq", "celeb_a_hq/256", (256, 256, 3))
+tfds_dataset("imagenet32", "downsampled_imagenet/32x32", (32, 32, 3))
+tfds_dataset("imagenet64", "downsampled_imagenet/64x64", (64, 64, 3))
+tfds_dataset("digits_tfds", "digits", (8, 8, 1))  # the digits through a real tfds builder (data/digits_builder.py)

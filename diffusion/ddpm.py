@@ -1,0 +1,223 @@
+"""The discrete-time Gaussian diffusion of DDPM (Ho et al. 2020) as one process object: a noise schedule, the
+network's prediction target and the reverse-process variance, with everything the train step, the timestep samplers
+and evaluation ask of a process. It knows nothing of the config's layout (config.diffusion, name "ddpm").
+
+Time domain: integer timesteps t = 0..T-1 (`num_timesteps`), drawn by the timestep samplers.
+Formulas follow openai/improved-diffusion (`gaussian_diffusion.py`); method.md section 4. Images are in [-1, 1] with
+shape [B, H, W, C], timesteps are int32 [B].
+
+Choices written down:
+- `clip_denoised` clips the predicted x0 to [-1, 1] before forming the model mean. Training-time terms (the learned
+  sampler's reward) use False, the evaluation NLL uses True, both as in improved-diffusion.
+- The bound's terms: the Gaussian KL for t > 0, the discretised decoder NLL for t = 0, and the prior KL at T - 1
+  (`nll_bpd`); the learned sampler's reward uses the Gaussian KL at every t, t = 0 included (`kl_only`).
+"""
+
+import jax
+import jax.numpy as jnp
+
+from core.fields import Choice, FieldError, Int
+from diffusion import sampling
+from diffusion.base import PROCESSES
+from diffusion.gaussian import (
+    LN2,
+    discretized_gaussian_log_likelihood,
+    extract,
+    fold_timesteps,
+    mean_flat,
+    normal_kl,
+    stratified_timesteps,
+)
+from diffusion.schedules import SCHEDULES, Schedule, betas_for, make_schedule
+
+TARGETS = ("eps", "x0", "v")
+VARIANCES = ("fixed_large", "fixed_small")
+
+
+@PROCESSES.register
+class DDPM:
+    name = "ddpm"
+    discrete = True
+    FIELDS = dict(
+        schedule=Choice("linear", SCHEDULES),
+        num_timesteps=Int(1000, 2),
+        target=Choice("eps", TARGETS),  # what the network predicts
+        variance=Choice("fixed_large", VARIANCES),  # of the reverse process
+    )
+
+    @classmethod
+    def check(cls, cfg, ctx):
+        betas = betas_for(cfg.schedule, cfg.num_timesteps)
+        if betas.max() >= 1.0:
+            raise FieldError(
+                "num_timesteps",
+                cfg.num_timesteps,
+                f"the {cfg.schedule} schedule's betas, scaled by 1000/T, reach {betas.max():.3g}: use "
+                f"T > 20 or the cosine schedule",
+            )
+
+    @classmethod
+    def from_config(cls, cfg) -> "DDPM":
+        return cls(make_schedule(cfg.schedule, cfg.num_timesteps), cfg.target, cfg.variance)
+
+    def __init__(self, schedule: Schedule, target: str = "eps", variance: str = "fixed_large"):
+        if target not in TARGETS:
+            raise ValueError(f"target {target!r} is not one of {', '.join(TARGETS)}")
+        if variance not in VARIANCES:
+            raise ValueError(f"variance {variance!r} is not one of {', '.join(VARIANCES)}")
+        self.schedule, self.target, self.variance = schedule, target, variance
+
+    @property
+    def num_timesteps(self) -> int:
+        return self.schedule.num_timesteps
+
+    def time_bins(self, t, num_bins: int):
+        """The bin of each timestep among num_bins equal bins of the time domain (histograms, diagnostics)."""
+        return t * num_bins // self.num_timesteps
+
+    def _at(self, table, t, ndim):
+        return extract(table, t, ndim)
+
+    # -- forward process and training --------------------------------------------------------------------------
+    def q_sample(self, x0, t, noise):
+        """x_t = sqrt(ab_t) x0 + sqrt(1 - ab_t) eps."""
+        s = self.schedule
+        return (
+            self._at(s.sqrt_alphas_cumprod, t, x0.ndim) * x0
+            + self._at(s.sqrt_one_minus_alphas_cumprod, t, x0.ndim) * noise
+        )
+
+    def q_mean_variance(self, x0, t):
+        """Mean, variance, log-variance of q(x_t | x0)."""
+        s = self.schedule
+        mean = self._at(s.sqrt_alphas_cumprod, t, x0.ndim) * x0
+        var = self._at(1.0 - s.alphas_cumprod, t, x0.ndim)
+        return mean, var, jnp.log(var)
+
+    def training_target(self, x0, t, noise):
+        """What the network regresses: eps, x0, or v = sqrt(ab) eps - sqrt(1 - ab) x0."""
+        s = self.schedule
+        if self.target == "eps":
+            return noise
+        if self.target == "x0":
+            return x0
+        return (
+            self._at(s.sqrt_alphas_cumprod, t, x0.ndim) * noise
+            - self._at(s.sqrt_one_minus_alphas_cumprod, t, x0.ndim) * x0
+        )
+
+    def example_mse(self, apply_fn, x0, t, noise):
+        """Per-example MSE of the network's output against the training target at x_t: [B]. apply_fn(xt, t)."""
+        xt = self.q_sample(x0, t, noise)
+        return mean_flat((apply_fn(xt, t) - self.training_target(x0, t, noise)) ** 2)
+
+    # -- reverse process ---------------------------------------------------------------------------------------
+    def q_posterior(self, x0, xt, t):
+        """Mean, variance and clipped log-variance of q(x_{t-1} | x_t, x0)."""
+        s = self.schedule
+        mean = self._at(s.posterior_mean_coef1, t, xt.ndim) * x0 + self._at(s.posterior_mean_coef2, t, xt.ndim) * xt
+        return mean, self._at(s.posterior_variance, t, xt.ndim), self._at(s.posterior_log_variance_clipped, t, xt.ndim)
+
+    def predict_x0(self, xt, t, out):
+        s = self.schedule
+        if self.target == "eps":
+            return (
+                self._at(s.sqrt_recip_alphas_cumprod, t, xt.ndim) * xt
+                - self._at(s.sqrt_recipm1_alphas_cumprod, t, xt.ndim) * out
+            )
+        if self.target == "x0":
+            return out
+        return (
+            self._at(s.sqrt_alphas_cumprod, t, xt.ndim) * xt
+            - self._at(s.sqrt_one_minus_alphas_cumprod, t, xt.ndim) * out
+        )
+
+    def predict_eps(self, xt, t, x0_hat):
+        s = self.schedule
+        return (self._at(s.sqrt_recip_alphas_cumprod, t, xt.ndim) * xt - x0_hat) / self._at(
+            s.sqrt_recipm1_alphas_cumprod, t, xt.ndim
+        )
+
+    def model_log_variance(self, t, ndim: int):
+        """Fixed-large: beta_t with beta~_1 at t = 0. Fixed-small: beta~_t, log clipped at t = 0."""
+        s = self.schedule
+        if self.variance == "fixed_large":
+            table = jnp.log(jnp.concatenate([s.posterior_variance[1:2], s.betas[1:]]))
+        else:
+            table = s.posterior_log_variance_clipped
+        return self._at(table, t, ndim)
+
+    def p_mean_variance(self, xt, t, out, clip_denoised: bool):
+        """Mean and log-variance of p_theta(x_{t-1} | x_t) given the network output `out`; also x0_hat."""
+        x0_hat = self.predict_x0(xt, t, out)
+        if clip_denoised:
+            x0_hat = jnp.clip(x0_hat, -1.0, 1.0)
+        mean, _, _ = self.q_posterior(x0_hat, xt, t)
+        return mean, self.model_log_variance(t, xt.ndim), x0_hat
+
+    # -- the variational bound, in bits/dim --------------------------------------------------------------------
+    def vb_terms_bpd(self, x0, xt, t, out, clip_denoised: bool = False):
+        """Per-example bound term L_t in bits/dim, shape [B]: the Gaussian KL for t > 0, the decoder NLL for t = 0."""
+        true_mean, _, true_logvar = self.q_posterior(x0, xt, t)
+        mean, logvar, _ = self.p_mean_variance(xt, t, out, clip_denoised)
+        kl = mean_flat(normal_kl(true_mean, true_logvar, mean, logvar)) / LN2
+        nll = -mean_flat(discretized_gaussian_log_likelihood(x0, mean, 0.5 * logvar)) / LN2
+        return jnp.where(t == 0, nll, kl)
+
+    def kl_terms_bpd(self, x0, xt, t, out, clip_denoised: bool = False):
+        """The Gaussian KL in bits/dim at every t, t = 0 included (the learned sampler's reward, method.md 1.2)."""
+        true_mean, _, true_logvar = self.q_posterior(x0, xt, t)
+        mean, logvar, _ = self.p_mean_variance(xt, t, out, clip_denoised)
+        return mean_flat(normal_kl(true_mean, true_logvar, mean, logvar)) / LN2
+
+    def prior_bpd(self, x0):
+        """L_T = KL(q(x_{T-1} | x0) || N(0, I)) in bits/dim, shape [B]."""
+        t = jnp.full(x0.shape[:1], self.num_timesteps - 1, jnp.int32)
+        mean, _, logvar = self.q_mean_variance(x0, t)
+        return mean_flat(normal_kl(mean, logvar, 0.0, 0.0)) / LN2
+
+    def bound_terms(
+        self, apply_fn, x0, ts, noise, *, kl_only: bool = False, clip_denoised: bool = False, max_rows: int = 0
+    ):
+        """Bound terms for many timesteps at once: x0 [B, H, W, C], ts [K], noise [K, B, H, W, C] -> [B, K] bits/dim.
+        `apply_fn(xt, t)` runs the network on a flat batch; max_rows bounds the rows per call (fold_timesteps)."""
+        fn = self.kl_terms_bpd if kl_only else self.vb_terms_bpd
+
+        def row_terms(x0r, tr, nr):
+            xt = self.q_sample(x0r, tr, nr)
+            return fn(x0r, xt, tr, apply_fn(xt, tr), clip_denoised)
+
+        return fold_timesteps(row_terms, x0, ts, noise, max_rows)
+
+    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0):
+        """The full bound, NLL <= sum_{t=0}^{T-1} L_t + L_T, in bits/dim per example. Every t gets its own noise.
+
+        Returns (nll [B], terms [B, T], prior [B]). clip_denoised=True as improved-diffusion's calc_bpd_loop.
+        """
+        ts = jnp.arange(self.num_timesteps, dtype=jnp.int32)
+        noise = jax.random.normal(key, (self.num_timesteps,) + x0.shape, x0.dtype)
+        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_denoised=clip_denoised, max_rows=max_rows)
+        prior = self.prior_bpd(x0)
+        return terms.sum(axis=1) + prior, terms, prior
+
+    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
+        """An unbiased estimate of nll_bpd's bound from num_t timesteps (gaussian.stratified_timesteps), per
+        example: [B]. The noise is drawn as nll_bpd's (normal(key, [num_t, ...])): with num_t = T every stratum is
+        one timestep and the estimate is exactly nll_bpd."""
+        ts, weights = stratified_timesteps(self.num_timesteps, num_t, jax.random.fold_in(key, 0x7157))
+        noise = jax.random.normal(key, (num_t,) + x0.shape, x0.dtype)
+        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_denoised=clip_denoised, max_rows=max_rows)
+        return (terms * weights).sum(axis=1) + self.prior_bpd(x0)
+
+    # -- sampling ----------------------------------------------------------------------------------------------
+    def sample(self, apply_fn, key, shape, method: str = "ancestral", steps: int = 0, constrain=sampling.same):
+        """Samples in [-1, 1] of `shape` from the reverse process: "ancestral" (all T steps) or "ddim" (`steps`)."""
+        if method == "ddim":
+            return sampling.ddim(apply_fn, self, key, shape, steps, constrain=constrain)
+        if method == "ancestral":
+            return sampling.ancestral(apply_fn, self, key, shape, constrain=constrain)
+        raise ValueError(f"sampling method {method!r} is not one of {', '.join(sampling.METHODS)}")
+
+    def sampling_steps(self, method: str, steps: int) -> int:
+        """Network evaluations of a sample with `method` (the protocol written next to FID)."""
+        return steps if method == "ddim" else self.num_timesteps

@@ -1,0 +1,97 @@
+"""The config.eval fields (--mode=eval, FID/KID and the periodic evaluation during training) and their checks.
+Every eval field may change when a run is resumed."""
+
+import os
+
+from core.fields import Choice, ConfigError, Int, Path, all_mutable
+from diffusion.sampling import METHODS
+from evaluation.features import DIGITS, check_reference_stats
+from evaluation.features import kind as fid_kind
+
+FID_FIELDS = dict(
+    num_samples=Int(1000, 2),  # generated images per FID (paper tables: 50,000 on CIFAR-10)
+    method=Choice("ddim", METHODS),  # ancestral (all T steps, the paper's protocol) | ddim
+    ddim_steps=Int(100, 1, "T"),
+    batch_size=Int(1000, 1),  # samples per sampling call (chunk i seeded fold_in(key, i); one call: the key)
+    kid_subsets=Int(100, 1),  # KID: mean over this many subsets ...
+    kid_subset_size=Int(1000, 2),  # ... of this many features from each set (capped at the smaller set)
+    features=Choice("auto", ("auto", "classifier", "inception")),  # auto: digits classifier, else inception if weights
+    inception_weights=Path(""),  # pytorch-fid's pt_inception-2015-12-05-6726825d.pth (or an .npz of it)
+    reference_stats=Path(""),  # .npz of mu, sigma (and features) of the dataset: python -m evaluation.reference
+    classifier_cache=Path(""),  # folder of the digits classifier's cached weights ("": ~/.cache/adaptive-timesteps)
+)
+
+# Periodic evaluation during training, on the EMA parameters: cheap estimates for convergence curves, labelled
+# "periodic/" in metrics.jsonl and TensorBoard; not the numbers of --mode=eval.
+PERIODIC_FIELDS = dict(
+    every=Int(500, 0),  # steps (0: off)
+    nll_images=Int(-1, 1, extra=(-1,)),  # test images in the bound estimate (-1: all)
+    nll_timesteps=Int(50, 2, "T"),  # t = 0 plus one random t in each of 49 geometric strata of 1..T-1
+    num_samples=Int(250, 2),  # generated images for the periodic FID/KID
+    method=Choice("ddim", METHODS),
+    ddim_steps=Int(50, 1, "T"),
+)
+
+# --mode=eval (training/evaluate.py): the latest checkpoint's EMA parameters.
+EVAL_FIELDS = all_mutable(
+    dict(
+        nll_images=Int(-1, 1, extra=(-1,)),  # test images in the bits/dim (-1: the whole test split)
+        batch_size=Int(128, 1),  # images per bound evaluation (rounded up to the device count)
+        chunk_rows=Int(8192, 0),  # network rows per call inside the bound (image x timestep pairs; memory bound)
+        num_samples=Int(64, 1),  # samples in the eval grid
+        # FID and KID (evaluation/): for the digits in the feature space of a small classifier trained on them (cached);
+        # for other datasets with the FID InceptionV3 from a weights file (README: FID; nothing is downloaded).
+        fid=FID_FIELDS,
+        periodic=PERIODIC_FIELDS,
+    )
+)
+
+
+def _require(ok, field, value, allowed):
+    if not ok:
+        raise ConfigError(f"config.{field}={value!r} is not allowed: {allowed}")
+
+
+def check_eval(config):
+    """What the FID fields need of each other, of the dataset and of the files they name."""
+    f, p = config.eval.fid, "eval.fid."
+    _require(
+        f.features != "classifier" or config.data.name in DIGITS,
+        p + "features",
+        f.features,
+        f"the classifier is trained on the digits; config.data.name is {config.data.name!r}",
+    )
+    weights, stats = f.inception_weights, f.reference_stats
+    _require(
+        f.features != "inception" or weights,
+        p + "features",
+        f.features,
+        "needs config.eval.fid.inception_weights (README: FID)",
+    )
+
+    def exists(path):
+        return "://" in path or os.path.isfile(path)
+
+    _require(
+        not weights or exists(weights),
+        p + "inception_weights",
+        weights,
+        "no such file (pytorch-fid's pt_inception-2015-12-05-6726825d.pth; README: FID)",
+    )
+    if fid_kind(config) == "inception":
+        _require(
+            stats != "",
+            p + "reference_stats",
+            stats,
+            "must be set with config.eval.fid.inception_weights: "
+            "the dataset's statistics, made by `python -m evaluation.reference` (README: FID)",
+        )
+    _require(
+        not stats or exists(stats),
+        p + "reference_stats",
+        stats,
+        "no such file (make it with `python -m evaluation.reference`; README: FID)",
+    )
+    if stats and "://" not in stats and fid_kind(config) != "classifier":
+        problem = check_reference_stats(config)
+        _require(problem is None, p + "reference_stats", stats, problem)

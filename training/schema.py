@@ -1,0 +1,124 @@
+"""The whole config's field spec, composed from the parts and sections that own their fields.
+
+    seed                      here
+    data, model, diffusion    registries, flat: name + common fields + the named part's fields (data/, models/,
+                              diffusion/)
+    sampler, weighting        registries, nested: name + one sub-config per registered part (samplers/, weightings/)
+    train                     training/state.py        mesh          training/mesh.py
+    sample                    training/report.py       diagnostics   training/step.py
+    eval                      evaluation/config.py
+
+`default_config()` builds the defaults (configs/default.py starts from it), validation (training/validate.py), the
+"did you mean" suggestions and the run identity (training/checkpoint.py) read the same specs.
+"""
+
+from core.fields import ConfigError, Context, Int, flatten, to_config
+from core.registry import FLAT
+from data import DATASETS
+from diffusion import PROCESSES
+from evaluation.config import EVAL_FIELDS
+from models import MODELS
+from samplers import SAMPLERS
+from training.mesh import MESH_FIELDS
+from training.report import SAMPLE_FIELDS
+from training.state import TRAIN_FIELDS
+from training.step import DIAGNOSTICS_FIELDS
+from weightings import WEIGHTINGS
+
+TOP_FIELDS = dict(seed=Int(0, 0, 2**32 - 1))
+# section -> registry, and the part a default config names
+REGISTRIES = {
+    "data": (DATASETS, "digits"),
+    "model": (MODELS, "unet"),
+    "diffusion": (PROCESSES, "ddpm"),
+    "sampler": (SAMPLERS, "uniform"),
+    "weighting": (WEIGHTINGS, "none"),
+}
+SECTIONS = {
+    "train": TRAIN_FIELDS,
+    "sample": SAMPLE_FIELDS,
+    "eval": EVAL_FIELDS,
+    "mesh": MESH_FIELDS,
+    "diagnostics": DIAGNOSTICS_FIELDS,
+}
+ORDER = ("seed", "data", "model", "diffusion", "train", "sampler", "weighting", "sample", "eval", "mesh", "diagnostics")
+
+
+def _named(config, section):
+    """The part a config's section names (its registry's default when the config has no such section)."""
+    registry, default = REGISTRIES[section]
+    node = config.get(section) if config is not None and hasattr(config, "get") else None
+    name = node.get("name", default) if hasattr(node, "get") else default
+    return name
+
+
+def spec(config=None, **names) -> dict:
+    """The nested field spec of a config (of the default parts when config is None; `names` pick other parts of
+    the flat sections, e.g. model="unet")."""
+    out = {}
+    for section in ORDER:
+        if section in TOP_FIELDS:
+            out[section] = TOP_FIELDS[section]
+        elif section in REGISTRIES:
+            registry = REGISTRIES[section][0]
+            name = names.get(section) or _named(config, section)
+            if registry.layout == FLAT and name not in registry:
+                name = REGISTRIES[section][1]  # an unknown name is reported by check_names
+            out[section] = registry.spec(name)
+        else:
+            out[section] = SECTIONS[section]
+    return out
+
+
+def default_config(**names):
+    """The defaults of every field, with the default parts (or those named: default_config(sampler="adaptive"))."""
+    config = to_config(spec(**names))
+    for section, name in names.items():
+        config[section].name = name
+    return config
+
+
+def check_names(config):
+    """config.<section>.name of every registry section is a registered part (checked first: the spec of a flat
+    section depends on it)."""
+    for section, (registry, _) in REGISTRIES.items():
+        node = config.get(section)
+        if hasattr(node, "get") and "name" in node:
+            registry.spec(registry.names()[0])["name"].check(f"{section}.name", node.name)
+
+
+def active_fields(config) -> dict:
+    """{dotted path: Field} of the fields that count for this config: every field, except the sub-configs of
+    the sampler and weighting that the config does not name."""
+    out = {}
+    for section in ORDER:
+        if section in TOP_FIELDS:
+            out[section] = TOP_FIELDS[section]
+        elif section in REGISTRIES:
+            out.update(REGISTRIES[section][0].active_fields(config[section]))
+        else:
+            out.update(flatten(SECTIONS[section], f"{section}."))
+    return out
+
+
+def context(config) -> Context:
+    """The values of other sections that bounds and part checks use (T, the batch size, the image size)."""
+    return Context(
+        {
+            "T": (config.diffusion.num_timesteps, "config.diffusion.num_timesteps"),
+            "B": (config.train.batch_size, "config.train.batch_size"),
+            "image_size": (config.data.image_size, "config.data.image_size"),
+            "channels": (config.data.channels, "config.data.channels"),
+        }
+    )
+
+
+def check_parts(config):
+    """Each registry's section check and its named part's own check, in ORDER."""
+    ctx = context(config)
+    for section in ORDER:
+        if section in REGISTRIES:
+            REGISTRIES[section][0].check(config[section], ctx)
+
+
+__all__ = ["ConfigError", "spec", "default_config", "active_fields", "context", "check_names", "check_parts"]
