@@ -136,26 +136,15 @@ class AdaptiveSampler(Sampler):
         if self.cfg.common_noise:
             kn_after, kd_after = kn_before, kd_before
         shape = (ts.shape[0],) + x0.shape
-        drop = self.cfg.probe_dropout
-        before = ctx.terms_fn(
-            ctx.params_before,
-            x0,
-            ts,
-            jax.random.normal(kn_before, shape),
-            dropout_key=kd_before if drop else None,
-            kl_only=True,
-            max_rows=self.cfg.probe_chunk_rows,
-        )
-        after = ctx.terms_fn(
-            ctx.params_after,
-            x0,
-            ts,
-            jax.random.normal(kn_after, shape),
-            dropout_key=kd_after if drop else None,
-            kl_only=True,
-            max_rows=self.cfg.probe_chunk_rows,
-        )
-        return before - after
+
+        def kl(params, k_noise, k_dropout):
+            dropout_key = k_dropout if self.cfg.probe_dropout else None
+            noise = jax.random.normal(k_noise, shape)
+            return ctx.terms_fn(
+                params, x0, ts, noise, dropout_key=dropout_key, kl_only=True, max_rows=self.cfg.probe_chunk_rows
+            )
+
+        return kl(ctx.params_before, kn_before, kd_before) - kl(ctx.params_after, kn_after, kd_after)
 
     def _policy_loss(self, params, x0, u, reward):
         a, b = self.policy.apply(params, x0)

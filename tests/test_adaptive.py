@@ -76,6 +76,22 @@ def _adaptive(**kw):
     return c, P, make_sampler(c.sampler, P, c.train.batch_size)
 
 
+def probe_context(sampler, state, model, process, x0, params_before, params_after):
+    """The StepContext of a policy update at step 0 whose model moved from params_before to params_after."""
+    t, _, aux = sampler.sample(state, jax.random.PRNGKey(2), x0)
+    return StepContext(
+        step=jnp.int32(0),
+        key=jax.random.PRNGKey(3),
+        x0=x0,
+        t=t,
+        aux=aux,
+        losses=jnp.zeros(len(x0)),
+        params_before=params_before,
+        params_after=params_after,
+        terms_fn=make_terms_fn(model, process),
+    )
+
+
 def test_reward_is_zero_when_the_update_changes_nothing():
     c, P, sampler = _adaptive(**{"sampler.adaptive.probe_batch_size": 8})
     model = make_model(c.model)
@@ -83,18 +99,7 @@ def test_reward_is_zero_when_the_update_changes_nothing():
     params = model.init(jax.random.PRNGKey(0), x0[:1], jnp.zeros((1,), jnp.int32))
     params = jax.tree.map(lambda p: p + 0.01, params)  # a non-zero network (the output conv starts at zero)
     state = sampler.init(jax.random.PRNGKey(1), x0)
-    t, _, aux = sampler.sample(state, jax.random.PRNGKey(2), x0)
-    ctx = StepContext(
-        step=jnp.int32(0),
-        key=jax.random.PRNGKey(3),
-        x0=x0,
-        t=t,
-        aux=aux,
-        losses=jnp.zeros(16),
-        params_before=params,
-        params_after=params,
-        terms_fn=make_terms_fn(model, P),
-    )
+    ctx = probe_context(sampler, state, model, P, x0, params, params)
     new, metrics = jax.jit(lambda st: sampler.update(st, ctx))(state)
     assert float(new["reward"]) == 0.0 and int(new["updates"]) == 1
     np.testing.assert_array_equal(np.asarray(new["X"][0]), 0.0)
@@ -123,18 +128,7 @@ def test_reward_is_positive_when_the_update_fits_the_probed_timesteps():
     after, opt = params, tx.init(params)
     for i in range(30):
         after, opt = fit(after, opt, jax.random.PRNGKey(100 + i))
-    t, _, aux = sampler.sample(state, jax.random.PRNGKey(2), x0)
-    ctx = StepContext(
-        step=jnp.int32(0),
-        key=jax.random.PRNGKey(3),
-        x0=x0,
-        t=t,
-        aux=aux,
-        losses=jnp.zeros(16),
-        params_before=params,
-        params_after=after,
-        terms_fn=make_terms_fn(model, P),
-    )
+    ctx = probe_context(sampler, state, model, P, x0, params, after)
     new, _ = jax.jit(lambda st: sampler.update(st, ctx))(state)
     assert float(new["reward"]) > 0.0
 
