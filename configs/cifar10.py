@@ -19,6 +19,7 @@ The data must be prepared beforehand (no download at run time): see the README.
 """
 
 from configs import default
+from data import DATASETS
 
 SCHEDULES = ("linear", "cosine", "quad")
 METHODS = {
@@ -47,9 +48,7 @@ def parse_variant(variant: str):
 def get_config(variant: str = ""):
     schedule, method = parse_variant(variant)
     c = default.get_config()
-    c.data.name = "cifar10"
-    c.data.image_size = 32
-    c.data.channels = 3
+    c.data = DATASETS.default_config("cifar10")  # 32x32x3, random horizontal flips (data/tfds.py)
     c.model.ch = 128
     c.model.ch_mult = (1, 2, 2, 2)
     c.model.num_res_blocks = 2

@@ -19,6 +19,7 @@ Two layouts of a section:
   `config.model = MODELS.default_config("other")` in a config file.
 """
 
+import dataclasses
 from typing import Callable, Dict
 
 import ml_collections
@@ -93,7 +94,9 @@ class Registry:
                 if fields:
                     out[part] = fields
         else:
-            out.update(self.common)
+            # a part may give the section's common fields defaults of its own (a dataset its image size)
+            own = getattr(self.parts.get(name), "COMMON_DEFAULTS", {})
+            out.update({k: dataclasses.replace(f, default=own[k]) if k in own else f for k, f in self.common.items()})
             out.update(self.fields_of(name))
         return out
 

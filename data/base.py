@@ -7,7 +7,7 @@ Every dataset has the common fields below; nothing is downloaded at run time.
 
 import numpy as np
 
-from core.fields import FieldError, Int, Path
+from core.fields import Bool, FieldError, Int, Path
 from core.registry import FLAT, Registry
 
 COMMON = dict(
@@ -34,13 +34,21 @@ class ArraySource:
         return self.images[np.asarray(indices)]
 
 
+def flip_fields(default: bool) -> dict:
+    """A dataset's random_flip field: random horizontal flips of training images, each image of each step flipped
+    with probability 1/2 as a pure function of (seed, step, position in the batch), so a resumed run flips the same
+    images (data/pipeline.py)."""
+    return dict(random_flip=Bool(default))
+
+
 class Dataset:
     """Base of a registered dataset whose images have one size: `shape` (H, W, C) is checked against the config's
-    image_size and channels."""
+    image_size and channels, and gives their defaults."""
 
     name = "base"
     shape = None  # (H, W, C) of the dataset's images, or None when any size is possible
-    FIELDS = {}
+    FIELDS = flip_fields(False)
+    COMMON_DEFAULTS = {}
 
     @classmethod
     def check(cls, cfg, ctx):

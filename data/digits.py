@@ -4,7 +4,7 @@ seed 0; the first 1,500 images train, the remaining 297 test."""
 
 import numpy as np
 
-from data.base import DATASETS, ArraySource, Dataset
+from data.base import DATASETS, ArraySource, Dataset, flip_fields
 
 DIGITS_TRAIN = 1500
 
@@ -24,6 +24,8 @@ def digits_arrays():
 class Digits(Dataset):
     name = "digits"
     shape = (8, 8, 1)
+    FIELDS = flip_fields(False)  # digits are not mirror-symmetric
+    COMMON_DEFAULTS = dict(image_size=8, channels=1)
 
     @classmethod
     def describe(cls):

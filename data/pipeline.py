@@ -2,7 +2,8 @@
 exactly and every process can compute its own shard without talking to the others.
 
 The global stream is the concatenation of per-epoch permutations perm_e = default_rng([seed, e]).permutation(N);
-step s takes positions [s B, (s + 1) B). Process p of P reads rows [p B/P, (p + 1) B/P) of that global batch, and
+step s takes positions [s B, (s + 1) B); with random flips, flip_mask(seed, s, B) says which images of the step's
+batch are mirrored. Process p of P reads rows [p B/P, (p + 1) B/P) of that global batch, and
 `jax.make_array_from_process_local_data` assembles the global array.
 """
 
@@ -25,10 +26,17 @@ def global_batch_indices(seed: int, step: int, batch_size: int, n: int) -> np.nd
     return out
 
 
+def flip_mask(seed: int, step: int, batch_size: int) -> np.ndarray:
+    """Which images of step `step`'s global batch are flipped horizontally: [B] bool, each with probability 1/2, a
+    pure function of (seed, step, position)."""
+    return np.random.default_rng([seed, step, 0xF11F]).random(batch_size) < 0.5
+
+
 class BatchIterator:
     """Yields (step, global uint8 jax.Array [B, H, W, C]) from `start_step`, prefetching on a thread."""
 
-    def __init__(self, source, seed, batch_size, sharding, start_step=0, prefetch=2):
+    def __init__(self, source, seed, batch_size, sharding, start_step=0, prefetch=2, random_flip=False):
+        self.random_flip = random_flip
         self.source, self.seed, self.B, self.sharding = source, seed, batch_size, sharding
         P, p = jax.process_count(), jax.process_index()
         self.lo, self.hi = p * batch_size // P, (p + 1) * batch_size // P
@@ -40,7 +48,11 @@ class BatchIterator:
 
     def local_batch(self, step):
         idx = global_batch_indices(self.seed, step, self.B, len(self.source))[self.lo : self.hi]
-        return self.source.get(idx)
+        images = self.source.get(idx)
+        if self.random_flip:
+            flip = flip_mask(self.seed, step, self.B)[self.lo : self.hi]
+            images = np.where(flip[:, None, None, None], images[:, :, ::-1], images)
+        return images
 
     def _work(self):
         s = self.step

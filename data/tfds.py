@@ -4,7 +4,7 @@ command that prepares it."""
 
 import numpy as np
 
-from data.base import DATASETS, Dataset, DatasetNotFound
+from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields
 
 
 class TfdsSource:
@@ -45,18 +45,25 @@ class TfdsDataset(Dataset):
         return TfdsSource(cls.name, cls.tfds_name, cls.image_key, split, cfg.data_dir)
 
 
-def tfds_dataset(name: str, tfds_name: str, shape):
-    """Register a tfds dataset whose images have `shape` (H, W, C)."""
-    part = type(
-        f"Tfds_{name}",
-        (TfdsDataset,),
-        dict(name=name, tfds_name=tfds_name, shape=shape, __doc__=f"tensorflow-datasets' {tfds_name}"),
+def tfds_dataset(name: str, tfds_name: str, shape, flip: bool):
+    """Register a tfds dataset whose images have `shape` (H, W, C), flipped in training by default when `flip`."""
+    attrs = dict(
+        name=name,
+        tfds_name=tfds_name,
+        shape=shape,
+        FIELDS=flip_fields(flip),
+        COMMON_DEFAULTS=dict(image_size=shape[0], channels=shape[2]),
+        __doc__=f"tensorflow-datasets' {tfds_name}",
     )
-    return DATASETS.register(part)
+    return DATASETS.register(type(f"Tfds_{name}", (TfdsDataset,), attrs))
 
 
-tfds_dataset("cifar10", "cifar10", (32, 32, 3))
-tfds_dataset("celeb_a_hq", "celeb_a_hq/256", (256, 256, 3))
-tfds_dataset("imagenet32", "downsampled_imagenet/32x32", (32, 32, 3))
-tfds_dataset("imagenet64", "downsampled_imagenet/64x64", (64, 64, 3))
-tfds_dataset("digits_tfds", "digits", (8, 8, 1))  # the digits through a real tfds builder (data/digits_builder.py)
+# Random horizontal flips as the papers trained: DDPM (and the learned sampler's reference code) flip CIFAR-10 and
+# CelebA-HQ; improved-diffusion's ImageNet 32/64 loader does not flip; the digits are not mirror-symmetric.
+tfds_dataset("cifar10", "cifar10", (32, 32, 3), flip=True)
+tfds_dataset("celeb_a_hq", "celeb_a_hq/256", (256, 256, 3), flip=True)
+tfds_dataset("imagenet32", "downsampled_imagenet/32x32", (32, 32, 3), flip=False)
+tfds_dataset("imagenet64", "downsampled_imagenet/64x64", (64, 64, 3), flip=False)
+tfds_dataset(
+    "digits_tfds", "digits", (8, 8, 1), flip=False
+)  # the digits through a real tfds builder (digits_builder.py)

@@ -91,8 +91,8 @@ class DDPM:
         """Mean, variance, log-variance of q(x_t | x0)."""
         s = self.schedule
         mean = self._at(s.sqrt_alphas_cumprod, t, x0.ndim) * x0
-        var = self._at(1.0 - s.alphas_cumprod, t, x0.ndim)
-        return mean, var, jnp.log(var)
+        var = self._at(s.one_minus_alphas_cumprod, t, x0.ndim)
+        return mean, var, self._at(s.log_one_minus_alphas_cumprod, t, x0.ndim)
 
     def training_target(self, x0, t, noise):
         """What the network regresses: eps, x0, or v = sqrt(ab) eps - sqrt(1 - ab) x0."""
@@ -181,13 +181,17 @@ class DDPM:
     ):
         """Bound terms for many timesteps at once: x0 [B, H, W, C], ts [K], noise [K, B, H, W, C] -> [B, K] bits/dim.
         `apply_fn(xt, t)` runs the network on a flat batch; max_rows bounds the rows per call (fold_timesteps)."""
-        fn = self.kl_terms_bpd if kl_only else self.vb_terms_bpd
 
         def row_terms(x0r, tr, nr):
-            xt = self.q_sample(x0r, tr, nr)
-            return fn(x0r, xt, tr, apply_fn(xt, tr), clip_denoised)
+            return self.row_terms(apply_fn, x0r, tr, nr, kl_only=kl_only, clip_denoised=clip_denoised)
 
         return fold_timesteps(row_terms, x0, ts, noise, max_rows)
+
+    def row_terms(self, apply_fn, x0, t, noise, *, kl_only: bool = False, clip_denoised: bool = False):
+        """Bound terms of independent rows: image x0[i] at timestep t[i] with noise[i] -> [R] bits/dim."""
+        fn = self.kl_terms_bpd if kl_only else self.vb_terms_bpd
+        xt = self.q_sample(x0, t, noise)
+        return fn(x0, xt, t, apply_fn(xt, t), clip_denoised)
 
     def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0):
         """The full bound, NLL <= sum_{t=0}^{T-1} L_t + L_T, in bits/dim per example. Every t gets its own noise.

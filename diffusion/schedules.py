@@ -45,6 +45,8 @@ class Schedule:
     alphas_cumprod_prev: jnp.ndarray
     sqrt_alphas_cumprod: jnp.ndarray
     sqrt_one_minus_alphas_cumprod: jnp.ndarray
+    one_minus_alphas_cumprod: jnp.ndarray  # 1 - alpha_bar and its log from float64, as improved-diffusion keeps them:
+    log_one_minus_alphas_cumprod: jnp.ndarray  # in float32 at call time, 1 - alpha_bar_0 is off by 1.7e-4 relative
     sqrt_recip_alphas_cumprod: jnp.ndarray
     sqrt_recipm1_alphas_cumprod: jnp.ndarray
     posterior_variance: jnp.ndarray
@@ -75,6 +77,8 @@ def make_schedule(name: str, num_timesteps: int = 1000) -> Schedule:
         alphas_cumprod_prev=ab_prev,
         sqrt_alphas_cumprod=np.sqrt(ab),
         sqrt_one_minus_alphas_cumprod=np.sqrt(1.0 - ab),
+        one_minus_alphas_cumprod=1.0 - ab,
+        log_one_minus_alphas_cumprod=np.log(1.0 - ab),
         sqrt_recip_alphas_cumprod=np.sqrt(1.0 / ab),
         sqrt_recipm1_alphas_cumprod=np.sqrt(1.0 / ab - 1.0),
         posterior_variance=post_var,

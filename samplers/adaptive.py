@@ -1,37 +1,80 @@
 """The learned timestep sampler of Kim et al. (CVPR 2025), method.md section 1, as one part of the jitted step.
 
 Every step: the Beta policy sees each image x0 and draws u ~ Beta(alpha, beta), t = round(u (T - 1)); the loss
-weight is 1 (the non-uniform density deliberately re-weights the objective).
+weight is 1 (the non-uniform density deliberately re-weights the objective). Options (defaults as the reference):
+a fraction `uniform_mix` of the batch drawn uniformly instead, and `importance_weights` 1 / (T p(t)), p the policy's
+(mixed) probability of t's rounding bin.
 
 Every f_S-th step (step % f_S == 0, the first step included, as in the reference), under lax.cond:
   1. reward probes: for P probe images and the |S| timesteps S chosen at the previous update,
      R_i = sum_{s in S} KL_s(theta_k; x0_i) - KL_s(theta_{k+1}; x0_i) (bits/dim), theta_{k+1} the model after this
      step's update; KL is the Gaussian KL at every s, s = 0 included (as the reference does);
-  2. REINFORCE: L = -mean_i log pi(u_i | x0_i) R_i - c_ent mean_i H_i ("standard"), or the reference's
-     -mean_i log pi(u_i | x0_i) (R_i + c_ent H_i) with H not detached ("reference"); Adam + global-norm clipping;
-  3. the sweep d_tau = KL_tau(theta_k) - KL_tau(theta_{k+1}) over the grid tau = 0, stride, 2 stride, ... on
-     `sweep_images` random images of the batch (averaged), pushed with y = sum_tau d_tau into a ring buffer;
-  4. S re-selected as the |S| grid timesteps with the highest F-statistic of y on d_tau, once the buffer has 2 rows.
+  2. REINFORCE: L = -mean_i log pi(u_i | x0_i) A_i - c_ent mean_i H_i ("standard"), or the reference's
+     -mean_i log pi(u_i | x0_i) (A_i + c_ent H_i) with H not detached ("reference"); A_i = R_i, or R_i minus a
+     running mean of the reward with `reward_baseline`; Adam + global-norm clipping;
+  3. the sweep d_tau = KL_tau(theta_k) - KL_tau(theta_{k+1}) over the grid (every `sweep_stride`-th timestep, or a
+     geometric grid of as many) on `sweep_images` random images of the batch (averaged), pushed with
+     y = sum_tau d_tau into a ring buffer;
+  4. S re-selected as the |S| grid timesteps with the highest F-statistic of y on d_tau over the buffer's valid rows.
 Probes run the raw (not EMA) model, in train mode (dropout on) if `probe_dropout`; with `common_noise` the noise and
 dropout masks before and after the update are the same (common random numbers: a pure variance reduction of R).
-All terms for all probe timesteps are computed in one batched call per model (gaussian.bound_terms), folded
-batch-major so they stay on the device that holds each image.
+The probe and sweep rows (image, timestep, noise) are spread over the data axis and run in chunks of at most
+`probe_chunk_rows` rows per device (training/rows.py), each chunk with dropout masks of its own: the sweep costs each
+device 1/D of the grid, as the reference splits it over its GPUs.
+
+Deviations from the reference code, written down (method.md 1.3 and issue notes):
+- Rows of the buffer that are all zero (an update that changed nothing) are not valid rows of the F-statistic, as the
+  reference drops them before f_regression.
+- S is re-selected only once `select_min_rows` (3) valid rows exist; the reference re-selects from 2, where every
+  non-constant column has the maximal F-score and the tie rule picks the last grid timesteps.
+- With `uniform_mix`, the uniformly drawn examples are left out of the REINFORCE term (their u is not a draw of the
+  policy); the entropy term covers every probe image.
 """
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+from jax.scipy.special import betainc
 
 from core.fields import Bool, Choice, FieldError, Int, Ints, Num
+from diffusion.gaussian import stratum_edges
 from samplers.base import SAMPLERS, Sampler
-from samplers.fstat import select_k_best
+from samplers.fstat import f_statistic, top_k_highest
 from samplers.policy import BetaPolicy, beta_entropy, beta_log_prob, sample_u, u_to_t
 
 ENTROPY_FORMS = ("standard", "reference")
+GRIDS = ("even", "geometric")
+MIN_BIN_MASS = 1e-3  # importance weights use max(p(t), MIN_BIN_MASS / T): at most 1000
 
 
-def sweep_grid(num_timesteps: int, stride: int):
-    return jnp.arange(0, num_timesteps, stride, dtype=jnp.int32)
+def sweep_grid(num_timesteps: int, stride: int, kind: str = "even"):
+    """The sweep's timesteps: 0, stride, 2 stride, ... (even), or as many timesteps spaced geometrically: 0 and the
+    starts of the geometric strata of 1..T-1 (gaussian.stratum_edges), dense at small t where most of the bound is
+    (an even stride never selects 1..stride-1)."""
+    if kind == "even":
+        return jnp.arange(0, num_timesteps, stride, dtype=jnp.int32)
+    K = len(range(0, num_timesteps, stride))
+    if K < 2:
+        return jnp.zeros((1,), jnp.int32)
+    return jnp.asarray(np.concatenate([[0], stratum_edges(num_timesteps, K - 1)[:-1]]), jnp.int32)
+
+
+def bin_mass(a, b, t, num_timesteps: int):
+    """The policy's probability of timestep t: the Beta(a, b) mass of t's rounding bin
+    [(t - 0.5) / (T - 1), (t + 0.5) / (T - 1)) of u, clipped to [0, 1]. a, b, t: [N] -> [N]."""
+    lo = jnp.clip((t - 0.5) / (num_timesteps - 1), 0.0, 1.0)
+    hi = jnp.clip((t + 0.5) / (num_timesteps - 1), 0.0, 1.0)
+    return betainc(a, b, hi) - betainc(a, b, lo)
+
+
+def bins_mass(a, b, num_timesteps: int, num_bins: int):
+    """Each image's probability of each of num_bins equal bins of t (t * num_bins // T, as the timestep histogram):
+    a, b: [N] -> [N, num_bins]."""
+    edges_t = np.ceil(np.arange(num_bins + 1) * num_timesteps / num_bins)  # first t of each bin, then T
+    edges_u = jnp.asarray(np.clip((edges_t - 0.5) / (num_timesteps - 1), 0.0, 1.0), jnp.float32)
+    cdf = betainc(a[:, None], b[:, None], edges_u[None, :])
+    return jnp.diff(cdf, axis=1)
 
 
 @SAMPLERS.register
@@ -42,6 +85,8 @@ class AdaptiveSampler(Sampler):
         num_selected=Int(3, 1),  # |S|
         update_every=Int(40, 1, mutable=True),  # f_S: policy update every f_S steps
         buffer_size=Int(20, 2, note="(the F-statistic needs 2 rows)"),  # rows of the sweep ring buffer
+        # valid buffer rows before S is re-selected (reference: 2, where every column's F is maximal)
+        select_min_rows=Int(3, 2),
         policy_lr=Num(1e-2, 0.0, mutable=True),
         policy_b1=Num(0.9, 0.0, 1.0, hi_open=True),
         policy_b2=Num(0.999, 0.0, 1.0, hi_open=True),
@@ -49,30 +94,42 @@ class AdaptiveSampler(Sampler):
         entropy_coef=Num(1e-2, 0.0, mutable=True),
         # standard: -E[log pi R] - c H (method.md 1.4); reference: -E[log pi (R + c H)], H not detached.
         entropy_form=Choice("standard", ENTROPY_FORMS),
+        # REINFORCE baseline: 0 (reference) none; else the decay of a bias-corrected running mean of the mean reward,
+        # subtracted from each reward (a variance reduction; the expected gradient is unchanged)
+        reward_baseline=Num(0.0, 0.0, 1.0, hi_open=True),
+        # a fraction of each batch drawn uniformly instead of from the policy (reference: 0)
+        uniform_mix=Num(0.0, 0.0, 1.0),
+        # loss weights 1 / (T p(t)), p the (mixed) probability of t's rounding bin, floored at MIN_BIN_MASS / T
+        # (reference: none; the density deliberately re-weights the objective)
+        importance_weights=Bool(False),
         # The changes below keep a step with this sampler within 1.10x of a uniform step, amortised over f_S, on the
-        # digits' small model (benchmarks/throughput.py on 2 CPU cores, README): with a 64-image probe and a stride
-        # of 10 the ratio measured 1.09x-1.14x, with these 1.074x and 1.076x. configs/cifar10.py keeps the
+        # digits' small model (benchmarks/throughput.py on 2 CPU cores, README). configs/cifar10.py keeps the
         # reference probe.
         # Sweep every 20th timestep (reference: all T): the sweep is most of an update's cost; S is then chosen among
-        # the timesteps 0, 20, 40, ...
+        # the timesteps 0, 20, 40, ... ("even"), or among as many geometrically spaced ones ("geometric")
         sweep_stride=Int(20, 1, "T"),
+        sweep_grid=Choice("even", GRIDS),
         sweep_images=Int(1, 1, "B"),  # images whose sweeps are averaged (reference: 1)
-        # Images probed for the reward, spread evenly over the batch (reference: -1, the whole batch).
+        # Images probed for the reward, spread evenly over the batch (reference: -1, the whole batch); a multiple of
+        # the data axis's device count, so that every device probes as many
         probe_batch_size=Int(32, 1, extra=(-1,)),
         # Changed from the reference (fresh noise after the update): the same noise and dropout masks before and
         # after the update remove the noise's own variance from the reward without biasing it (common random
         # numbers).
         common_noise=Bool(True),
         probe_dropout=Bool(True),  # probe in train mode, dropout on (reference)
-        # Probes run the network on at most this many rows at a time (0: all at once). Not in the reference.
-        # Measured on 2 CPU cores: 32-row chunks make an update step faster than 128-row ones and remove the cost
-        # that the update branch's scratch memory put on every other step (XLA sizes it for the largest branch).
-        probe_chunk_rows=Int(32, 0),
+        # Probes and sweep run the network on at most this many rows per device at a time (0: all at once); each
+        # chunk draws its own dropout masks. Not in the reference. Measured on 2 CPU cores: 16-row chunks per device
+        # make an update step faster than 64-row ones and remove the cost that the update branch's scratch memory
+        # put on every other step (XLA sizes it for the largest branch).
+        probe_chunk_rows=Int(16, 0),
         # A quarter of the reference policy's width (32, 64, 128 / 256, 256): its forward pass runs on every step,
         # and at full width it costs about 10% of the digits' 280k-parameter UNet's step (9.8 ms per 128 images on
         # one core). Measured amortised ratio with (16, 32, 64 / 128, 128): 1.136x; with this width: 1.09x (README).
         policy_channels=Ints((8, 16, 32), 1, allow_empty=True),
         policy_hidden=Ints((64, 64), 1, allow_empty=True),
+        # bins of t for the diagnostics of the policy's density (sampler/policy_density in metrics.jsonl)
+        density_bins=Int(50, 1, "T"),
     )
 
     @classmethod
@@ -86,12 +143,21 @@ class AdaptiveSampler(Sampler):
                 f"|S| must be in 1..{K}: at most T={T} and at most the {K} timesteps of the sweep grid "
                 f"(stride {cfg.sweep_stride})",
             )
+        if cfg.select_min_rows > cfg.buffer_size:
+            raise FieldError("select_min_rows", cfg.select_min_rows, f"must be at most buffer_size={cfg.buffer_size}")
         probe = B if cfg.probe_batch_size == -1 else cfg.probe_batch_size
         if not (probe <= B and B % probe == 0):
             raise FieldError(
                 "probe_batch_size",
                 cfg.probe_batch_size,
                 f"must be -1 (the whole batch) or a divisor of config.train.batch_size={B} (at most the batch)",
+            )
+        D = ctx.values.get("D", (1,))[0]  # the data axis's devices, when they are known
+        if probe % D:
+            raise FieldError(
+                "probe_batch_size",
+                cfg.probe_batch_size,
+                f"must be a multiple of the {D} devices of the data axis (every device probes as many images)",
             )
 
     def __init__(self, cfg, process, batch_size):
@@ -101,28 +167,46 @@ class AdaptiveSampler(Sampler):
             optax.clip_by_global_norm(cfg.policy_grad_clip),
             optax.adam(cfg.policy_lr, b1=cfg.policy_b1, b2=cfg.policy_b2),
         )
-        self.grid = sweep_grid(self.T, cfg.sweep_stride)
+        self.grid = sweep_grid(self.T, cfg.sweep_stride, cfg.sweep_grid)
         self.probe = batch_size if cfg.probe_batch_size == -1 else cfg.probe_batch_size
 
     def init(self, key, x0):
         params = self.policy.init(key, x0[:1])
-        K = int(self.grid.shape[0])
+        K, n = int(self.grid.shape[0]), self.cfg.num_selected
+        zero = jnp.zeros((), jnp.float32)
         return dict(
             policy=params,
             opt=self.tx.init(params),
             X=jnp.zeros((self.cfg.buffer_size, K), jnp.float32),
             y=jnp.zeros((self.cfg.buffer_size,), jnp.float32),
             count=jnp.zeros((), jnp.int32),
-            S=jnp.arange(self.cfg.num_selected, dtype=jnp.int32),
+            S=jnp.arange(n, dtype=jnp.int32),  # the reference's initial S = {0, 1, 2}
             updates=jnp.zeros((), jnp.int32),
-            reward=jnp.zeros((), jnp.float32),
-            policy_loss=jnp.zeros((), jnp.float32),
+            reward=zero,
+            policy_loss=zero,
+            baseline=zero,  # the running mean of the mean reward, before bias correction
+            reward_per_s=jnp.zeros((n,), jnp.float32),
+            f_top=jnp.zeros((n,), jnp.float32),
+            density=jnp.zeros((self.cfg.density_bins,), jnp.float32),
+            spread=zero,
         )
 
     def sample(self, state, key, x0):
         a, b = self.policy.apply(state["policy"], x0)
         u = sample_u(key, a, b)
-        return u_to_t(u, self.T), jnp.ones_like(u), dict(u=u, alpha=a, beta=b)
+        t = u_to_t(u, self.T)
+        aux = dict(u=u, alpha=a, beta=b)
+        eps = self.cfg.uniform_mix
+        if eps > 0:
+            k_mix, k_uniform = jax.random.split(jax.random.fold_in(key, 1))
+            uniform = jax.random.uniform(k_mix, t.shape) < eps
+            t = jnp.where(uniform, jax.random.randint(k_uniform, t.shape, 0, self.T, jnp.int32), t)
+            aux["from_policy"] = ~uniform
+        weights = jnp.ones_like(u)
+        if self.cfg.importance_weights:
+            p = (1.0 - eps) * bin_mass(a, b, t, self.T) + eps / self.T
+            weights = 1.0 / (self.T * jnp.maximum(p, MIN_BIN_MASS / self.T))
+        return t, weights, aux
 
     # -- the policy-update branch -------------------------------------------------------------------------------
     def _probe_rows(self, x):
@@ -131,37 +215,62 @@ class AdaptiveSampler(Sampler):
         return x.reshape((self.probe, B // self.probe) + x.shape[1:])[:, 0]
 
     def _delta(self, ctx, x0, ts, key):
-        """KL(theta_k) - KL(theta_{k+1}) at timesteps ts [K] for images x0 [N]: [N, K]."""
+        """KL(theta_k) - KL(theta_{k+1}) at every timestep of ts [K] for every image of x0 [N]: [N, K]. The N K rows
+        are laid out image-major (the K rows of an image stay on the device that holds it)."""
+        N, K = x0.shape[0], ts.shape[0]
+        x0r, tr = jnp.repeat(x0, K, axis=0), jnp.tile(ts, N)
         kn_before, kn_after, kd_before, kd_after = jax.random.split(key, 4)
         if self.cfg.common_noise:
             kn_after, kd_after = kn_before, kd_before
-        shape = (ts.shape[0],) + x0.shape
 
         def kl(params, k_noise, k_dropout):
+            noise = jax.random.normal(k_noise, x0r.shape, jnp.float32)
             dropout_key = k_dropout if self.cfg.probe_dropout else None
-            noise = jax.random.normal(k_noise, shape)
-            return ctx.terms_fn(
-                params, x0, ts, noise, dropout_key=dropout_key, kl_only=True, max_rows=self.cfg.probe_chunk_rows
+            terms = ctx.rows_fn(
+                params, x0r, tr, noise, dropout_key=dropout_key, kl_only=True, rows_per_device=self.cfg.probe_chunk_rows
             )
+            return terms.reshape(N, K)
 
         return kl(ctx.params_before, kn_before, kd_before) - kl(ctx.params_after, kn_after, kd_after)
 
-    def _policy_loss(self, params, x0, u, reward):
+    def _policy_loss(self, params, x0, u, advantage, from_policy):
         a, b = self.policy.apply(params, x0)
         logp = beta_log_prob(u, a, b)
         ent = beta_entropy(a, b)
         c = self.cfg.entropy_coef
+        mask = from_policy.astype(jnp.float32)
+        mean_masked = lambda v: jnp.sum(v * mask) / jnp.maximum(jnp.sum(mask), 1.0)
         if self.cfg.entropy_form == "reference":
-            return -jnp.mean(logp * (reward + c * ent))
-        return -jnp.mean(logp * reward) - c * jnp.mean(ent)
+            return -mean_masked(logp * (advantage + c * ent))
+        return -mean_masked(logp * advantage) - c * jnp.mean(ent)
+
+    def _baseline(self, state):
+        """The bias-corrected running mean of the mean reward over the previous updates (0 before any, or off)."""
+        decay, n = self.cfg.reward_baseline, state["updates"]
+        if decay == 0:
+            return jnp.zeros((), jnp.float32)
+        return jnp.where(n > 0, state["baseline"] / (1.0 - decay ** n.astype(jnp.float32)), 0.0)
+
+    def _select(self, X, y, count, S):
+        """(S, F-scores of S): the num_selected grid timesteps with the highest F over the valid rows (filled and
+        not all zero), once there are select_min_rows of them; else S unchanged."""
+        filled = jnp.arange(self.cfg.buffer_size) < jnp.minimum(count, self.cfg.buffer_size)
+        valid = filled & jnp.any(X != 0.0, axis=1)
+        f = f_statistic(X, y, valid)
+        idx = top_k_highest(f, self.cfg.num_selected)
+        ready = jnp.sum(valid) >= self.cfg.select_min_rows
+        return jnp.where(ready, self.grid[idx], S), jnp.where(ready, f[idx], 0.0)
 
     def _policy_update(self, state, ctx):
         k_probe, k_sweep, k_pick = jax.random.split(ctx.key, 3)
         xp = self._probe_rows(ctx.x0)
         up = self._probe_rows(ctx.aux["u"])
-        reward = jnp.sum(self._delta(ctx, xp, state["S"], k_probe), axis=1)  # [P]
+        from_policy = self._probe_rows(ctx.aux.get("from_policy", jnp.ones(ctx.x0.shape[:1], bool)))
+        delta = self._delta(ctx, xp, state["S"], k_probe)  # [P, |S|]
+        reward = jnp.sum(delta, axis=1)  # [P]
+        advantage = jax.lax.stop_gradient(reward - self._baseline(state))
 
-        loss, grads = jax.value_and_grad(self._policy_loss)(state["policy"], xp, up, jax.lax.stop_gradient(reward))
+        loss, grads = jax.value_and_grad(self._policy_loss)(state["policy"], xp, up, advantage, from_policy)
         updates, opt = self.tx.update(grads, state["opt"], state["policy"])
         policy = optax.apply_updates(state["policy"], updates)
 
@@ -171,8 +280,10 @@ class AdaptiveSampler(Sampler):
         X = state["X"].at[row].set(d)
         y = state["y"].at[row].set(jnp.sum(d))
         count = state["count"] + 1
-        valid = jnp.arange(self.cfg.buffer_size) < count
-        S = jnp.where(count >= 2, self.grid[select_k_best(X, y, valid, self.cfg.num_selected)], state["S"])
+        S, f_top = self._select(X, y, count, state["S"])
+        decay = self.cfg.reward_baseline
+        mass = bins_mass(ctx.aux["alpha"], ctx.aux["beta"], self.T, self.cfg.density_bins)  # [B, bins]
+        density = jnp.mean(mass, axis=0)
         return dict(
             policy=policy,
             opt=opt,
@@ -183,6 +294,13 @@ class AdaptiveSampler(Sampler):
             updates=state["updates"] + 1,
             reward=jnp.mean(reward),
             policy_loss=loss,
+            baseline=decay * state["baseline"] + (1.0 - decay) * jnp.mean(reward),
+            reward_per_s=jnp.mean(delta, axis=0),
+            f_top=f_top,
+            density=density,
+            # how much the images' distributions differ: sum over bins of the std across images of p(bin), relative
+            # to the mean distribution's total mass (0: every image gets the same distribution)
+            spread=jnp.sum(jnp.std(mass, axis=0)) / jnp.maximum(jnp.sum(density), 1e-12),
         )
 
     def update(self, state, ctx):
@@ -195,5 +313,9 @@ class AdaptiveSampler(Sampler):
             policy_loss=state["policy_loss"],
             updates=state["updates"],
             S=state["S"],
+            reward_per_s=state["reward_per_s"],
+            f_top=state["f_top"],
+            policy_density=state["density"],
+            policy_spread=state["spread"],
         )
         return state, metrics

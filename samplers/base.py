@@ -32,9 +32,10 @@ SAMPLERS = Registry("sampler", NESTED)
 class StepContext:
     """What one train step hands to `Sampler.update` (all arrays are global, sharded over the data axis).
 
-    terms_fn(params, x0, ts, noise) -> [B, K] computes bound terms (bits/dim) of the diffusion model with `params`
-    for the images x0 [B, ...] at timesteps ts [K], with noise [K, B, ...]; it runs the network in train mode with a
-    fixed dropout key when the config asks for dropout during probes.
+    rows_fn(params, x0 [R, ...], t [R], noise [R, ...], *, dropout_key=None, kl_only=False, rows_per_device=0) -> [R]
+    computes the bound terms (bits/dim) of independent rows (image, timestep, noise) with the diffusion model's
+    `params`, in float32, spread over the data axis and run in chunks of at most rows_per_device rows per device
+    (training/rows.py); with a dropout key the network runs in train mode, each chunk with masks of its own.
     losses [B] are each example's objective before the sampler's importance weight: w(t) * MSE, with w the loss
     weighting. example_loss_fn(params, x0 [N,...], t [N], noise [N,...], dropout_key) -> [N] recomputes it (train
     mode), for samplers that need gradients of single examples.
@@ -48,7 +49,7 @@ class StepContext:
     losses: jnp.ndarray
     params_before: Any
     params_after: Any
-    terms_fn: Callable[..., jnp.ndarray]
+    rows_fn: Callable[..., jnp.ndarray]
     example_loss_fn: Callable[..., jnp.ndarray] = None
 
 

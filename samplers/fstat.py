@@ -30,9 +30,13 @@ def f_statistic(X, y, valid):
     return jnp.where(jnp.isnan(f), 0.0, f)
 
 
-def select_k_best(X, y, valid, k: int):
-    """Indices [k] (ascending) of the k columns with the highest F."""
-    f = f_statistic(X, y, valid)
+def top_k_highest(f, k: int):
+    """Indices [k] (ascending) of the k largest entries of f, ties broken towards the highest index (SelectKBest)."""
     K = f.shape[0]
     _, idx_rev = jax.lax.top_k(f[::-1], k)  # top_k prefers the lowest index among ties; reversed -> highest
     return jnp.sort(K - 1 - idx_rev)
+
+
+def select_k_best(X, y, valid, k: int):
+    """Indices [k] (ascending) of the k columns with the highest F."""
+    return top_k_highest(f_statistic(X, y, valid), k)

@@ -40,3 +40,39 @@ def test_missing_dataset_says_how_to_get_it(tmp_path, tiny):
     c = tiny(**{"data.name": "cifar10", "data.data_dir": str(tmp_path), "data.image_size": 32, "data.channels": 3})
     with pytest.raises(DatasetNotFound, match=r"config.data.name='cifar10'.*tfds build cifar10"):
         load_split(c.data, "train")
+
+
+def test_random_flips_are_a_pure_function_of_seed_and_step_and_resume_exactly(tiny):
+    import jax
+
+    from data import DATASETS, BatchIterator
+    from data.pipeline import flip_mask
+    from training.mesh import batch_sharding, make_mesh
+
+    c = tiny(**{"data.random_flip": True})
+    src = load_split(c.data, "train")
+    sharding = batch_sharding(make_mesh(c.mesh))
+
+    def batches(start, n, flip=True):
+        it = BatchIterator(src, c.seed, 16, sharding, start_step=start, random_flip=flip)
+        try:
+            return [np.asarray(jax.device_get(next(it)[1])) for _ in range(n)]
+        finally:
+            it.close()
+
+    flipped, plain, resumed = batches(0, 4), batches(0, 4, flip=False), batches(2, 2)
+    for s in range(4):
+        mask = flip_mask(c.seed, s, 16)
+        assert 0 < mask.sum() < 16
+        np.testing.assert_array_equal(flipped[s][mask], plain[s][mask][:, :, ::-1])  # mirrored left-right
+        np.testing.assert_array_equal(flipped[s][~mask], plain[s][~mask])
+    np.testing.assert_array_equal(np.stack(resumed), np.stack(flipped[2:]))  # a resumed run flips the same images
+    assert not np.array_equal(flip_mask(c.seed, 0, 16), flip_mask(c.seed, 1, 16))
+    # per-dataset defaults: the datasets DDPM flips, and not the digits
+    assert [DATASETS.default_config(n).random_flip for n in ("digits", "cifar10", "celeb_a_hq", "imagenet64")] == [
+        False,
+        True,
+        True,
+        False,
+    ]
+    assert (DATASETS.default_config("cifar10").image_size, DATASETS.default_config("cifar10").channels) == (32, 3)

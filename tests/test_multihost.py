@@ -68,3 +68,69 @@ def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path, fini
         for x, y in zip(a, b):
             np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol, err_msg=key)
     assert int(two["step"]) == 4
+
+
+def test_a_signal_to_one_process_stops_both_at_the_same_step_with_a_checkpoint(tmp_path):
+    """SIGTERM reaches process 1 only: both processes agree at the next multiple of train.stop_check_every (no
+    collective on the steps between), stop there, and write that step's checkpoint; the same command resumes."""
+    import re
+    import signal
+    import time
+
+    wd = str(tmp_path / "two_hosts")
+    port = free_port()
+    env = dict(
+        os.environ,
+        XLA_FLAGS=" ".join(
+            [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
+            + ["--xla_force_host_platform_device_count=4"]
+        ),
+    )
+    every = 3
+    flags = tiny_flags(
+        **{
+            "train.num_steps": 100_000,
+            "train.ckpt_every": 100_000,
+            "train.log_every": 1,
+            "train.stop_check_every": every,
+        }
+    )
+    procs = [
+        subprocess.Popen(
+            main_cmd(
+                f"--workdir={wd}",
+                *flags,
+                "--distributed",
+                f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2",
+                f"--process_id={i}",
+            ),
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    metrics = os.path.join(wd, "metrics.jsonl")
+    t0 = time.time()
+    try:
+        while not (os.path.exists(metrics) and len(open(metrics).readlines()) >= 2):  # training is under way
+            assert all(p.poll() is None for p in procs) and time.time() - t0 < 300, "training did not start"
+            time.sleep(0.05)
+        procs[1].send_signal(signal.SIGTERM)
+        outs = [p.communicate(timeout=240) for p in procs]
+    except (AssertionError, subprocess.TimeoutExpired):
+        for p in procs:
+            p.kill()
+        logs = [p.communicate()[1][-3000:] for p in procs]
+        raise AssertionError(f"the two processes did not stop together: {logs}") from None
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]  # both stopped cleanly (a process left behind would hang the other)
+    # process 0 reports for the run: it stopped on process 1's signal, at a step where the processes compare flags
+    m = re.search(r"Stopped by another process's signal at step (\d+): checkpoint \1 is in", outs[0][0])
+    assert m, outs[0][0] + outs[0][1][-2000:]
+    step = int(m.group(1))
+    assert step % every == 0 and os.listdir(os.path.join(wd, "checkpoints")) == [str(step)]
+    rows = [json.loads(line) for line in open(metrics)]
+    assert rows[-1]["step"] == step  # nothing was trained past the checkpoint

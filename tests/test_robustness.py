@@ -77,7 +77,13 @@ def test_sigterm_kill_9_and_sigint_never_cost_the_run_and_resume_exactly(tmp_pat
     n1, _ = stop(proc, signal.SIGTERM)
 
     proc = start(wd, steps=STEPS_FOREVER, **{"train.ckpt_every": 1, "train.keep_checkpoints": 100})
-    wait_for(lambda: any("tmp" in d for d in os.listdir(ck)) and len(os.listdir(ck)) > 3, proc)
+    while True:  # freeze the process while a checkpoint is being written (the write cannot finish), then kill it
+        wait_for(lambda: any("tmp" in d for d in os.listdir(ck)) and len(os.listdir(ck)) > 3, proc)
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.2)  # the stop has landed
+        if any("tmp" in d for d in os.listdir(ck)):
+            break
+        proc.send_signal(signal.SIGCONT)  # the write finished between the look and the stop: try the next one
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     partial = [d for d in os.listdir(ck) if "tmp" in d]
@@ -102,7 +108,8 @@ def test_sigterm_kill_9_and_sigint_never_cost_the_run_and_resume_exactly(tmp_pat
 def test_divergence_stops_keeps_the_last_good_checkpoint_and_resumes_with_a_lower_lr(tmp_path):
     wd = str(tmp_path / "diverged")
     over = {"train.ckpt_every": 1, "train.log_every": 1, "sampler.name": "uniform"}
-    r = run(wd, steps=4, **{**over, "train.lr": 1e30})  # step 0 has lr 0 (warm-up); step 1 blows the parameters up
+    assert run(wd, steps=1, **over).returncode == 0  # a good first step and its checkpoint
+    r = run(wd, steps=4, **{**over, "train.lr": 1e30})  # the same workdir: step 1 blows the parameters up
     assert r.returncode == 1
     err = r.stderr.strip().splitlines()[-1]
     assert "step 1: non-finite parameters" in err and "the last good checkpoint is step 1" in err, err

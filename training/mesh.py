@@ -42,6 +42,15 @@ def batch_sharding(mesh):
     return NamedSharding(mesh, P(DATA))
 
 
+def row_constraint(mesh):
+    """constrain(x, axis): x sharded over the data axis along `axis` (inside jit), for training/rows.py."""
+
+    def constrain(x, axis):
+        return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, P(*([None] * axis), DATA)))
+
+    return constrain
+
+
 def fsdp_sharding(x, mesh):
     """Shard an array over the data axis along its largest dimension that the axis size divides (FSDP-style);
     replicate scalars and arrays with no such dimension (biases of odd sizes, norms)."""

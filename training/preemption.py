@@ -4,8 +4,10 @@ The handler only records the signal; the training loop sees it after the step in
 step and returns, so the process exits 0 and the same command resumes. The handler then steps aside: a second
 signal gets the previous behaviour (a second Ctrl-C interrupts at once; orbax's atomic commit keeps the last complete
 checkpoint readable either way).
-With several processes, all must stop at the same step: `requested()` is then an all-gather of every process's
-flag, one small collective per step.
+With several processes, all must stop at the same step: every `check_every` steps (config.train.stop_check_every)
+the processes all-gather their flags and stop together when any has one. Between those steps nothing is
+synchronised, so the host keeps dispatching steps ahead of the devices (a per-step all-gather and host read would
+serialise them). A single process checks its own flag after every step.
 """
 
 import signal
@@ -18,7 +20,8 @@ SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 class StopRequest:
-    def __init__(self):
+    def __init__(self, check_every: int = 1):
+        self.check_every = check_every
         self.signum = None
         self._previous = {}
 
@@ -43,10 +46,13 @@ class StopRequest:
     def name(self) -> str:
         return signal.Signals(self.signum).name if self.signum is not None else "another process's signal"
 
-    def requested(self) -> bool:
+    def requested(self, step: int) -> bool:
+        """Whether to stop after step `step` (the number of steps done): the same answer on every process."""
         local = self.signum is not None
         if jax.process_count() == 1:
             return local
+        if step % self.check_every:
+            return False
         from jax.experimental import multihost_utils
 
         return bool(np.any(multihost_utils.process_allgather(np.asarray(local))))

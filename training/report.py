@@ -8,6 +8,10 @@ import numpy as np
 from core.fields import Choice, Int, all_mutable
 from diffusion.sampling import METHODS
 
+POLICY_DENSITY = "sampler/policy_density"
+# arrays of metrics.jsonl shown as TensorBoard histograms over normalised t
+HISTOGRAMS = {"t_hist": "timesteps/drawn", POLICY_DENSITY: "timesteps/policy_density"}
+
 # The sample grid written at the end of training (EMA parameters).
 SAMPLE_FIELDS = all_mutable(
     dict(
@@ -72,20 +76,26 @@ def timestep_pictures(metrics_path: str, out_dir: str, num_timesteps: int):
     steps = np.array([r["step"] for r in rows])
     hist = np.array([r["t_hist"] for r in rows], np.float64)
     nb = hist.shape[1]
-    dens = hist / np.maximum(hist.sum(1, keepdims=True), 1) * nb  # 1.0 = uniform
-    fig = Figure(figsize=(7, 4))
-    ax = fig.subplots()
-    im = ax.imshow(
-        dens,
-        aspect="auto",
-        origin="lower",
-        cmap="magma",
-        extent=(0, num_timesteps, steps[0], steps[-1] if len(steps) > 1 else steps[0] + 1),
-    )
-    ax.set_xlabel("timestep t")
-    ax.set_ylabel("training step")
-    ax.set_title("timestep distribution over training (density / uniform)")
-    fig.colorbar(im, ax=ax)
+    panels = [("drawn timesteps", hist / np.maximum(hist.sum(1, keepdims=True), 1) * nb)]  # 1.0 = uniform
+    if all(POLICY_DENSITY in r for r in rows):  # the learned sampler's mean policy over the batch
+        mass = np.array([r[POLICY_DENSITY] for r in rows], np.float64)
+        panels.append(
+            ("the policy's mean density", mass / np.maximum(mass.sum(1, keepdims=True), 1e-30) * len(mass[0]))
+        )
+    fig = Figure(figsize=(7 * len(panels), 4))
+    axes = np.atleast_1d(fig.subplots(1, len(panels)))
+    for ax, (title, dens) in zip(axes, panels):
+        im = ax.imshow(
+            dens,
+            aspect="auto",
+            origin="lower",
+            cmap="magma",
+            extent=(0, num_timesteps, steps[0], steps[-1] if len(steps) > 1 else steps[0] + 1),
+        )
+        ax.set_xlabel("timestep t")
+        ax.set_ylabel("training step")
+        ax.set_title(f"{title} over training (density / uniform)")
+        fig.colorbar(im, ax=ax)
     paths = [os.path.join(out_dir, "timesteps.png")]
     fig.tight_layout()
     fig.savefig(paths[0], dpi=100)
@@ -130,25 +140,29 @@ class MetricWriter:
         for k, v in scalars.items():
             self.tb.add_scalar(k, v, step)
         for k, v in arrays.items():
-            if k.startswith("sampler/"):  # small vectors such as the selected timesteps S
+            if k in HISTOGRAMS:
+                self._histogram(HISTOGRAMS[k], np.asarray(v, np.float64), step)
+            elif k.startswith("sampler/"):  # small vectors such as the selected timesteps S
                 for i, x in enumerate(np.ravel(v)):
                     self.tb.add_scalar(f"{k}_{i}", float(x), step)
-        if "t_hist" in arrays:
-            h = np.asarray(arrays["t_hist"])
-            edges = np.linspace(0, 1, len(h) + 1)
-            # a histogram over normalised t in [0, 1]: one sample per bin centre, weighted by counts
-            self.tb.add_histogram_raw(
-                "timesteps/drawn",
-                min=0.0,
-                max=1.0,
-                num=int(h.sum()),
-                sum=float((h * (edges[:-1] + edges[1:]) / 2).sum()),
-                sum_squares=float((h * ((edges[:-1] + edges[1:]) / 2) ** 2).sum()),
-                bucket_limits=edges[1:].tolist(),
-                bucket_counts=h.tolist(),
-                global_step=step,
-            )
         self.tb.flush()
+
+    def _histogram(self, tag, h, step):
+        """A histogram over normalised t in [0, 1] from per-bin counts or masses: one sample per bin centre,
+        weighted by its count."""
+        edges = np.linspace(0, 1, len(h) + 1)
+        centres = (edges[:-1] + edges[1:]) / 2
+        self.tb.add_histogram_raw(
+            tag,
+            min=0.0,
+            max=1.0,
+            num=float(h.sum()),
+            sum=float((h * centres).sum()),
+            sum_squares=float((h * centres**2).sum()),
+            bucket_limits=edges[1:].tolist(),
+            bucket_counts=h.tolist(),
+            global_step=step,
+        )
 
     def close(self):
         if self.tb is not None:

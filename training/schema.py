@@ -101,10 +101,13 @@ def active_fields(config) -> dict:
     return out
 
 
-def context(config) -> Context:
-    """The values of other sections that bounds and part checks use (T, the batch size, the image size)."""
+def context(config, devices=None) -> Context:
+    """The values of other sections that bounds and part checks use (T, the batch size, the image size, and the
+    data axis's device count D once it is known)."""
+    extra = {} if devices is None else {"D": (devices, "the data axis")}
     return Context(
         {
+            **extra,
             "T": (config.diffusion.num_timesteps, "config.diffusion.num_timesteps"),
             "B": (config.train.batch_size, "config.train.batch_size"),
             "image_size": (config.data.image_size, "config.data.image_size"),
@@ -113,9 +116,9 @@ def context(config) -> Context:
     )
 
 
-def check_parts(config):
-    """Each registry's section check and its named part's own check, in ORDER."""
-    ctx = context(config)
+def check_parts(config, devices=None):
+    """Each registry's section check and its named part's own check, in ORDER (with the device count once known)."""
+    ctx = context(config, devices)
     for section in ORDER:
         if section in REGISTRIES:
             REGISTRIES[section][0].check(config[section], ctx)

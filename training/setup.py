@@ -17,7 +17,7 @@ import numpy as np
 from diffusion import make_process
 from models import make_model
 from samplers import make_sampler
-from training.mesh import batch_sharding, make_mesh, replicated, state_shardings
+from training.mesh import DATA, batch_sharding, make_mesh, replicated, row_constraint, state_shardings
 from training.state import image_shape, init_state, make_optimizer
 from training.step import make_apply, make_train_step
 from training.validate import validate
@@ -71,7 +71,7 @@ def build(config) -> Setup:
     sampler = make_sampler(c.sampler, process, c.train.batch_size)
     weighting = make_weighting(c.weighting, process)
     tx = make_optimizer(c.train)
-    raw = make_train_step(c, model, process, sampler, weighting, tx)
+    raw = make_train_step(c, model, process, sampler, weighting, tx, mesh.shape[DATA], row_constraint(mesh))
     shape = image_shape(c.data, c.train.batch_size)
     abstract = jax.eval_shape(lambda k: init_state(model, tx, sampler, k, shape), jax.random.PRNGKey(0))
     state_sh = state_shardings(abstract, mesh, c.mesh.shard_params)

@@ -23,6 +23,9 @@ TRAIN_FIELDS = all_mutable(
         log_every=Int(100, 1),
         ckpt_every=Int(1000, 1),
         keep_checkpoints=Int(3, 1),
+        # with several processes, steps between checks for a stop signal (SIGTERM, Ctrl-C) that every process agrees on;
+        # a stop then waits for the next multiple (a preemption notice gives tens of seconds)
+        stop_check_every=Int(10, 1),
     )
 )
 
@@ -38,10 +41,13 @@ class TrainState:
 
 
 def lr_schedule(train_cfg):
-    """Linear warm-up from 0 to train_cfg.lr over warmup_steps, then constant (DDPM)."""
-    if train_cfg.warmup_steps > 0:
-        return optax.linear_schedule(0.0, train_cfg.lr, train_cfg.warmup_steps)
-    return optax.constant_schedule(train_cfg.lr)
+    """Linear warm-up to train_cfg.lr over warmup_steps, then constant: lr(step) = lr min(1, (step + 1) / warmup),
+    as the method's reference code (PyTorch LambdaLR with (step + 1) / warmup), so that the first step already
+    moves the model (a warm-up from 0 gave the learned sampler's first policy update a reward of exactly 0)."""
+    lr, warmup = train_cfg.lr, train_cfg.warmup_steps
+    if warmup > 0:
+        return lambda step: lr * jnp.minimum(1.0, (step + 1) / warmup)
+    return optax.constant_schedule(lr)
 
 
 def make_optimizer(train_cfg) -> optax.GradientTransformation:

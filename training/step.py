@@ -11,6 +11,7 @@ import optax
 
 from core.fields import Int, all_mutable
 from samplers.base import StepContext
+from training import rows
 from training.state import TrainState, lr_schedule
 
 DIAGNOSTICS_FIELDS = all_mutable(
@@ -34,27 +35,32 @@ def make_apply(model):
     return apply
 
 
-def make_terms_fn(model, process):
-    """terms_fn(params, x0 [B,...], ts [K], noise [K,B,...], dropout_key=None, kl_only=False, max_rows=0)
-    -> [B, K] bits/dim; max_rows > 0 runs the network on at most that many rows at a time (process.bound_terms).
-    The network runs in float32 whatever config.model.dtype says: the bound terms, and the learned sampler's reward
-    (a small difference of two such terms), would be biased by bfloat16 rounding. The parameters are the same."""
+def make_rows_fn(model, process, num_shards: int = 1, constrain=rows.same):
+    """rows_fn(params, x0 [R,...], t [R], noise [R,...], *, dropout_key=None, kl_only=False, rows_per_device=0)
+    -> [R] bits/dim of independent rows, spread over `num_shards` devices (constrain(x, axis) shards x over the data
+    axis) in chunks of at most rows_per_device rows per device (training/rows.py); chunk i runs with dropout key
+    fold_in(dropout_key, i). The network runs in float32 whatever config.model.dtype says: the bound terms, and the
+    learned sampler's reward (a small difference of two such terms), would be biased by bfloat16 rounding. The
+    parameters are the same."""
     apply = make_apply(model.clone(dtype=jnp.float32))
 
-    def terms_fn(params, x0, ts, noise, dropout_key=None, kl_only=False, max_rows=0):
-        return process.bound_terms(
-            lambda x, t: apply(params, x, t, dropout_key), x0, ts, noise, kl_only=kl_only, max_rows=max_rows
-        )
+    def rows_fn(params, x0, t, noise, *, dropout_key=None, kl_only=False, rows_per_device=0):
+        def chunk_terms(chunk, index):
+            key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
+            return process.row_terms(lambda x, tt: apply(params, x, tt, key), *chunk, kl_only=kl_only)
 
-    return terms_fn
+        return rows.map_rows(chunk_terms, (x0, t, noise), num_shards, rows_per_device, constrain)
+
+    return rows_fn
 
 
-def make_train_step(config, model, process, sampler, weighting, tx):
-    """The pure step for the config's train and diagnostics sections and the given parts."""
+def make_train_step(config, model, process, sampler, weighting, tx, num_shards: int = 1, constrain=rows.same):
+    """The pure step for the config's train and diagnostics sections and the given parts; num_shards and
+    constrain(x, axis) describe the data axis (setup.build) for the rows the sampler probes."""
     nbins = config.diagnostics.t_bins
     decay = config.train.ema_decay
     apply = make_apply(model)
-    terms_fn = make_terms_fn(model, process)
+    rows_fn = make_rows_fn(model, process, num_shards, constrain)
     lr_at = lr_schedule(config.train)
 
     def example_mse(params, x0, t, noise, dropout_key):
@@ -91,7 +97,7 @@ def make_train_step(config, model, process, sampler, weighting, tx):
             losses=w_t * mse,
             params_before=state.params,
             params_after=params,
-            terms_fn=terms_fn,
+            rows_fn=rows_fn,
             example_loss_fn=example_loss_fn,
         )
         sampler_state, sampler_metrics = sampler.update(state.sampler_state, ctx)

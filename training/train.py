@@ -116,10 +116,13 @@ class Loop:
         write the record."""
         bad_step, bad, summary = summarise(self.window, self.window_start)
         if bad_step is not None:
-            raise TrainingDiverged(
-                f"step {bad_step}: non-finite {', '.join(bad)}; the last good checkpoint is step {self.last_saved} "
-                f"in {self.workdir}/checkpoints (resume with a changed config, e.g. a lower --config.train.lr)"
+            where = (
+                f"the last good checkpoint is step {self.last_saved} in {self.workdir}/checkpoints (resume with a "
+                f"changed config, e.g. a lower --config.train.lr)"
+                if self.last_saved is not None
+                else "no checkpoint was written (start again with a changed config, e.g. a lower --config.train.lr)"
             )
+            raise TrainingDiverged(f"step {bad_step}: non-finite {', '.join(bad)}; {where}")
         scalars, arrays = summary
         now = time.perf_counter()
         scalars["steps_per_sec"] = len(self.window) / (now - self.t_window)
@@ -174,7 +177,12 @@ class Loop:
         c = self.c
         state, start = self._restore_or_init()
         batches = BatchIterator(
-            load_split(c.data, "train"), c.seed, c.train.batch_size, self.setup.batch_sharding, start_step=start
+            load_split(c.data, "train"),
+            c.seed,
+            c.train.batch_size,
+            self.setup.batch_sharding,
+            start_step=start,
+            random_flip=c.data.random_flip,
         )
         self.writer = report.MetricWriter(self.workdir, enabled=self.is_main)
         from tqdm import tqdm
@@ -192,13 +200,13 @@ class Loop:
         stopped_by = None
         try:
             self._catch_up_periodic(start, state)
-            with StopRequest() as stop:
+            with StopRequest(c.train.stop_check_every) as stop:
                 for step in range(start, c.train.num_steps):
                     _, batch = next(batches)
                     state, metrics = self.setup.step_fn(state, batch)
                     self.window.append(metrics)
                     done = step + 1
-                    stop_now = stop.requested()
+                    stop_now = stop.requested(done)
                     save_now = done % c.train.ckpt_every == 0 or done == c.train.num_steps or stop_now
                     if done % c.train.log_every == 0 or save_now:
                         self._log(done)

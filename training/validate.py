@@ -83,6 +83,7 @@ def validate(config):
         raise ConfigError(
             f"config.train.batch_size={B!r} is not allowed: must be divisible by the {jax.process_count()} processes"
         )
+    schema.check_parts(config, devices=dp)  # the parts' rules that depend on the device count
 
 
 def check_workdir(workdir: str):
