@@ -77,7 +77,7 @@ def run(config, workdir, mode: str = "train") -> int:
             from training.setup import build
 
             setup = build(config)
-            print(aot.format_report(aot.step_report(setup, *aot.compile_step(setup))), flush=True)
+            print(aot.report_all(setup), flush=True)
         elif mode == "eval":
             from training.evaluate import evaluate
 

@@ -5,8 +5,9 @@ sampler's extra work (probes and sweep) must shrink as 1/D, as the reference spl
 
 Each device count is a fresh process of `main.py --mode=compile` on that many XLA CPU devices (nothing is trained or
 allocated); FLOPs are XLA's cost analysis of the compiled step per device. The probes run unchunked here
-(probe_chunk_rows=0): XLA counts a loop body once, not times its trip count (style.md), and a policy-update step
-counts both branches of its cond, so "extra" is the policy update's work (probe, sweep, policy) per device.
+(probe_chunk_rows=0): XLA counts a loop body once, not times its trip count (style.md). The adaptive figure is the
+program of the policy-update steps (the first that --mode=compile reports), so "extra" is the policy update's work
+(probes, sweep, policy) per device.
 """
 
 import argparse

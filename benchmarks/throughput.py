@@ -13,7 +13,9 @@ lower() + compile() of the jitted, sharded step. On a CPU-only host the CPU is s
 main.py does.
 Peak memory per device: XLA's estimate for the compiled step (arguments + outputs - donated aliases + temporaries),
 and where the runtime reports it (GPU, TPU) the measured peak_bytes_in_use after the timed steps.
-MFU (uniform step only: XLA's FLOP count of the adaptive step adds both branches of its policy-update cond) =
+The adaptive sampler's two kinds of step are the two programs the training loop runs (Setup.step_for): one for its
+policy-update steps, one for the others (no cond, no update).
+MFU (uniform step only) =
 XLA's FLOPs per step per device / step time / the device's peak dense FLOP/s, from the vendors' datasheets in
 PEAK_TFLOPS (bfloat16 for model.dtype=bfloat16, else the TF32 tensor-core rate that XLA uses for float32 matmuls on
 NVIDIA GPUs by default). Devices not in the table get no MFU.
@@ -100,12 +102,15 @@ def main():
             st = initial_state(s)
             shape = (c.train.batch_size, c.data.image_size, c.data.image_size, c.data.channels)
             batch = jax.device_put(np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8), s.batch_sharding)
-            compiled, compile_s = aot.compile_step(s)
-            report = aot.step_report(s, compiled, compile_s)
             f = c.sampler.adaptive.update_every
             kinds = {"other": 1} if sampler == "uniform" else {"other": 1, "update": 0}
+            # the programs the training loop runs (Setup.step_for): for the learned sampler one for its
+            # policy-update steps and one for the others
+            compiled = {k: aot.compile_step(s, step) for k, step in kinds.items()}
+            compile_s = sum(t for _, t in compiled.values())
+            report = aot.step_report(s, *compiled["other"])
             variants[sampler] = dict(
-                compiled=compiled,
+                compiled={k: fn for k, (fn, _) in compiled.items()},
                 state=st,
                 batch=batch,
                 compile_s=compile_s,
@@ -115,9 +120,9 @@ def main():
                 report=report,
                 dtype=c.model.dtype,
             )
-            for step in kinds.values():  # warm-up call of each kind
+            for k, step in kinds.items():  # warm-up call of each kind
                 st = variants[sampler]["state"].replace(step=jax.numpy.asarray(step + f, jax.numpy.int32))
-                st, m = compiled(st, batch)
+                st, m = variants[sampler]["compiled"][k](st, batch)
                 jax.block_until_ready(m)
                 variants[sampler]["state"] = st
         for _ in range(args.reps):
@@ -125,7 +130,7 @@ def main():
                 for k, step in v["kinds"].items():
                     st = v["state"].replace(step=jax.numpy.asarray(step + 2 * v["f"], jax.numpy.int32))
                     t0 = time.perf_counter()
-                    st, m = v["compiled"](st, v["batch"])
+                    st, m = v["compiled"][k](st, v["batch"])
                     jax.block_until_ready((st, m))
                     v["times"][k].append(time.perf_counter() - t0)
                     v["state"] = st

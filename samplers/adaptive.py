@@ -5,7 +5,8 @@ weight is 1 (the non-uniform density deliberately re-weights the objective). Opt
 a fraction `uniform_mix` of the batch drawn uniformly instead, and `importance_weights` 1 / (T p(t)), p the policy's
 (mixed) probability of t's rounding bin.
 
-Every f_S-th step (step % f_S == 0, the first step included, as in the reference), under lax.cond:
+Every f_S-th step (step % f_S == 0, the first step included, as in the reference; the training loop compiles these
+steps as a program of their own, Sampler.period):
   1. reward probes: for P probe images and the |S| timesteps S chosen at the previous update,
      R_i = sum_{s in S} KL_s(theta_k; x0_i) - KL_s(theta_{k+1}; x0_i) (bits/dim), theta_{k+1} the model after this
      step's update; KL is the Gaussian KL at every s, s = 0 included (as the reference does);
@@ -303,9 +304,11 @@ class AdaptiveSampler(Sampler):
             spread=jnp.sum(jnp.std(mass, axis=0)) / jnp.maximum(jnp.sum(density), 1e-12),
         )
 
+    def period(self):
+        return self.cfg.update_every
+
     def update(self, state, ctx):
-        is_update = ctx.step % self.cfg.update_every == 0
-        state = jax.lax.cond(is_update, lambda s: self._policy_update(s, ctx), lambda s: s, state)
+        state = self.on_period(state, ctx, lambda s: self._policy_update(s, ctx))
         metrics = dict(
             alpha_mean=jnp.mean(ctx.aux["alpha"]),
             beta_mean=jnp.mean(ctx.aux["beta"]),

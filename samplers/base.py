@@ -51,6 +51,9 @@ class StepContext:
     params_after: Any
     rows_fn: Callable[..., jnp.ndarray]
     example_loss_fn: Callable[..., jnp.ndarray] = None
+    # Whether this step does the sampler's periodic work (Sampler.period): None decides on the device
+    # (step % period == 0, under lax.cond); True / False when the step was compiled for one kind of step only.
+    is_periodic: bool | None = None
 
 
 class Sampler:
@@ -73,6 +76,19 @@ class Sampler:
 
     def update(self, state, ctx: StepContext) -> Tuple[Any, Dict[str, jnp.ndarray]]:
         return state, {}
+
+    def period(self) -> int | None:
+        """Steps between the sampler's periodic (expensive) updates, or None. The training loop then compiles two
+        programs, one for the steps that do the update and one for the others, so that most steps carry neither
+        the update's lax.cond nor its scratch memory."""
+        return None
+
+    def on_period(self, state, ctx: StepContext, fn):
+        """fn(state) on the steps of the sampler's period (step % period == 0, the first step included), else the
+        state unchanged: decided when the step was compiled (ctx.is_periodic) or on the device."""
+        if ctx.is_periodic is None:
+            return jax.lax.cond(ctx.step % self.period() == 0, fn, lambda s: s, state)
+        return fn(state) if ctx.is_periodic else state
 
     def check_finite(self, state, aux) -> jnp.ndarray:
         """A scalar bool: whether this step's sampler outputs and state are finite."""

@@ -12,7 +12,8 @@ The paper states the idea, not an estimator; this one is ours, written down here
 - p(bin) = (1 - eps) max(v_b, 0) / sum + eps / num_bins, spread uniformly over the bin's timesteps; uniform until
   the first update. Loss weight 1 (as in the paper's ablation, the density re-weights the objective), or
   1 / (T p(t)) with `importance_weights`.
-The probe costs 2 num_bins per-example gradients every `update_every` steps, computed bin by bin under lax.cond.
+The probe costs 2 num_bins per-example gradients every `update_every` steps, computed bin by bin (lax.map) on
+those steps only.
 """
 
 import jax
@@ -92,9 +93,10 @@ class GradVarianceSampler(TableSampler):
         ema_raw = d * state["ema"] * (1.0 - d ** (n - 1).astype(jnp.float32)) + (1.0 - d) * v
         return dict(ema=ema_raw / (1.0 - d ** n.astype(jnp.float32)), updates=n, last=v)
 
+    def period(self):
+        return self.cfg.update_every
+
     def update(self, state, ctx):
-        state = jax.lax.cond(
-            ctx.step % self.cfg.update_every == 0, lambda s: self._estimate(s, ctx), lambda s: s, state
-        )
+        state = self.on_period(state, ctx, lambda s: self._estimate(s, ctx))
         p = self.bin_probabilities(state)
         return state, dict(updates=state["updates"], p_max_ratio=jnp.max(p) * self.cfg.num_bins)

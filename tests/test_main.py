@@ -112,6 +112,10 @@ def test_compile_mode_reports_memory_and_flops_without_training(tmp_path):
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "adaptive sampler, batch 16" in r.stdout and "8 cpu device(s)" in r.stdout
+    # the two programs the loop runs: the policy-update steps (1 in f_S = 2) and the others, which do less
+    assert "(steps with the sampler's periodic update (1 in 2))" in r.stdout and "(the other steps)" in r.stdout
+    both = [float(x) for x in re.findall(r"FLOPs per step per device .*: ([\d.]+) GFLOP", r.stdout)]
+    assert len(both) == 2 and both[0] > both[1] > 0
     mem = re.search(r"arguments ([\d.]+) MiB, outputs ([\d.]+) MiB .* temporaries ([\d.]+) MiB", r.stdout)
     flops = re.search(r"FLOPs per step per device .*: ([\d.]+) GFLOP", r.stdout)
     assert mem and flops, r.stdout

@@ -15,14 +15,34 @@ import jax.numpy as jnp
 from training import checkpoint as ckpt
 
 
-def compile_step(setup):
-    """(compiled step, seconds to lower and compile)."""
+def compile_step(setup, step=None):
+    """(compiled step, seconds to lower and compile): the program the loop runs at step `step` (Setup.step_for),
+    or with step None the one that decides the sampler's periodic update on the device (both branches)."""
     c = setup.config
     state = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
     batch = jax.ShapeDtypeStruct(setup.batch_shape(c.train.batch_size), jnp.uint8, sharding=setup.batch_sharding)
+    fn = setup.step_fn if step is None else setup.step_for(step)
     t0 = time.perf_counter()
-    compiled = setup.step_fn.lower(state, batch).compile()
+    compiled = fn.lower(state, batch).compile()
     return compiled, time.perf_counter() - t0
+
+
+def loop_programs(setup):
+    """[(label, step)] of the programs the training loop runs: one, or for a sampler with a period (the learned
+    sampler's policy update) the steps with and without it."""
+    period = setup.sampler.period()
+    if period is None:
+        return [("every step", 0)]
+    return [(f"steps with the sampler's periodic update (1 in {period})", 0), ("the other steps", 1)]
+
+
+def report_all(setup) -> str:
+    """The compile report of every program the loop runs."""
+    parts = []
+    for label, step in loop_programs(setup):
+        r = step_report(setup, *compile_step(setup, step))
+        parts.append(format_report(r, label))
+    return "\n".join(parts)
 
 
 def step_report(setup, compiled, seconds) -> dict:
@@ -57,18 +77,18 @@ def peak_bytes(r: dict):
     return r["argument_bytes"] + r["output_bytes"] - r["alias_bytes"] + r["temp_bytes"]
 
 
-def format_report(r: dict) -> str:
+def format_report(r: dict, label: str = "every step") -> str:
     mib = lambda b: "n/a" if b is None else f"{b / 2**20:.1f} MiB"
     peak = peak_bytes(r)
     flops = "n/a" if r["flops"] is None else f"{r['flops'] / 1e9:.3f} GFLOP"
     return "\n".join(
         [
-            f"train step: {r['sampler']} sampler, batch {r['batch_size']}, {r['params']:,} parameters, "
+            f"train step ({label}): {r['sampler']} sampler, batch {r['batch_size']}, {r['params']:,} parameters, "
             f"{r['devices']} {r['platform']} device(s), mesh {r['mesh']}",
             f"compile: {r['compile_s']:.1f} s",
             f"memory per device: arguments {mib(r['argument_bytes'])}, outputs {mib(r['output_bytes'])} "
             f"(aliased with donated arguments {mib(r['alias_bytes'])}), temporaries {mib(r['temp_bytes'])}; "
             f"peak about {mib(peak)}",
-            f"FLOPs per step per device (XLA estimate, both branches of a policy update counted): {flops}",
+            f"FLOPs per step per device (XLA estimate; a loop body, e.g. a chunked probe, counted once): {flops}",
         ]
     )

@@ -8,6 +8,7 @@ run's periodic evaluations and FID chunks reuse one compiled program. TRACES cou
 
 import collections
 import dataclasses
+import functools
 from typing import Any, Callable, Dict
 
 import jax
@@ -35,8 +36,9 @@ class Setup:
     sampler: Any
     weighting: Callable
     tx: Any
-    train_step: Callable  # the raw pure function
+    train_step: Callable  # the raw pure function (decides the sampler's periodic update on the device)
     step_fn: Callable  # jitted with shardings, state donated
+    make_step: Callable  # make_step(periodic) -> a raw step compiled for one kind of step (Sampler.period)
     abstract_state: Any
     state_shardings: Any
     batch_sharding: Any
@@ -57,6 +59,16 @@ class Setup:
             self.compiled[key] = make()
         return self.compiled[key]
 
+    def step_for(self, step: int) -> Callable:
+        """The jitted step that the loop runs at step `step`: for a sampler with a period, one program for the
+        steps that do its periodic update and one for the others (each compiled once, when first used), so that
+        most steps carry neither the update's lax.cond nor its scratch memory; else step_fn."""
+        period = self.sampler.period()
+        if period is None:
+            return self.step_fn
+        periodic = step % period == 0
+        return self.cached(("step", periodic), lambda: self.jit_step(self.make_step(periodic)))
+
     def batch_shape(self, batch: int):
         return image_shape(self.config.data, batch)
 
@@ -71,11 +83,16 @@ def build(config) -> Setup:
     sampler = make_sampler(c.sampler, process, c.train.batch_size)
     weighting = make_weighting(c.weighting, process)
     tx = make_optimizer(c.train)
-    raw = make_train_step(c, model, process, sampler, weighting, tx, mesh.shape[DATA], row_constraint(mesh))
+    make_step = functools.partial(
+        make_train_step, c, model, process, sampler, weighting, tx, mesh.shape[DATA], row_constraint(mesh)
+    )
+    raw = make_step(None)
     shape = image_shape(c.data, c.train.batch_size)
     abstract = jax.eval_shape(lambda k: init_state(model, tx, sampler, k, shape), jax.random.PRNGKey(0))
     state_sh = state_shardings(abstract, mesh, c.mesh.shard_params)
-    setup = Setup(c, mesh, process, model, sampler, weighting, tx, raw, None, abstract, state_sh, batch_sharding(mesh))
+    setup = Setup(
+        c, mesh, process, model, sampler, weighting, tx, raw, None, make_step, abstract, state_sh, batch_sharding(mesh)
+    )
     setup.step_fn = setup.jit_step(raw)
     return setup
 

@@ -54,9 +54,13 @@ def make_rows_fn(model, process, num_shards: int = 1, constrain=rows.same):
     return rows_fn
 
 
-def make_train_step(config, model, process, sampler, weighting, tx, num_shards: int = 1, constrain=rows.same):
+def make_train_step(
+    config, model, process, sampler, weighting, tx, num_shards: int = 1, constrain=rows.same, periodic=None
+):
     """The pure step for the config's train and diagnostics sections and the given parts; num_shards and
-    constrain(x, axis) describe the data axis (setup.build) for the rows the sampler probes."""
+    constrain(x, axis) describe the data axis (setup.build) for the rows the sampler probes. periodic: None for a
+    step that decides on the device whether to do the sampler's periodic update; True / False for a step compiled
+    for one kind (Sampler.period)."""
     nbins = config.diagnostics.t_bins
     decay = config.train.ema_decay
     apply = make_apply(model)
@@ -99,6 +103,7 @@ def make_train_step(config, model, process, sampler, weighting, tx, num_shards: 
             params_after=params,
             rows_fn=rows_fn,
             example_loss_fn=example_loss_fn,
+            is_periodic=periodic,
         )
         sampler_state, sampler_metrics = sampler.update(state.sampler_state, ctx)
 

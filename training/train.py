@@ -203,7 +203,7 @@ class Loop:
             with StopRequest(c.train.stop_check_every) as stop:
                 for step in range(start, c.train.num_steps):
                     _, batch = next(batches)
-                    state, metrics = self.setup.step_fn(state, batch)
+                    state, metrics = self.setup.step_for(step)(state, batch)
                     self.window.append(metrics)
                     done = step + 1
                     stop_now = stop.requested(done)
