@@ -22,6 +22,12 @@ def test_end_to_end_run_leaves_what_a_user_expects(finished_run):
     from PIL import Image
 
     assert Image.open(wd / "samples" / "step_0000004.png").size[0] >= 8 * 2
+    # the learned sampler's diagnostics: the policy's mean density over 50 t-bins (a probability vector), and
+    # timesteps.png with its second panel (two 7-inch panels at 100 dpi)
+    assert all(len(row["sampler/policy_density"]) == 50 for row in rows)
+    assert abs(sum(rows[-1]["sampler/policy_density"]) - 1.0) < 1e-4
+    assert len(rows[-1]["sampler/reward_per_s"]) == len(rows[-1]["sampler/f_top"]) == 3
+    assert Image.open(wd / "timesteps.png").size[0] == 1400
 
 
 def test_rerun_of_a_finished_run_resumes_and_trains_no_more(finished_run, tmp_path):
