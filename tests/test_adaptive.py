@@ -205,6 +205,17 @@ def test_bad_sampler_settings_are_refused_before_training():
             "other",
             "config.sampler.adaptive.entropy_form='other' is not allowed: must be one of standard, reference",
         ),
+        (  # 4 probe images cannot be spread evenly over the 8 devices the tests run on
+            "sampler.adaptive.probe_batch_size",
+            4,
+            "config.sampler.adaptive.probe_batch_size=4 is not allowed: must be a multiple of the 8 devices of the "
+            "data axis",
+        ),
+        (
+            "sampler.adaptive.select_min_rows",
+            30,
+            "config.sampler.adaptive.select_min_rows=30 is not allowed: must be at most buffer_size=20",
+        ),
     ]:
         with pytest.raises(ConfigError, match=re.escape(needle)):
             validate(tiny_config(**{"sampler.name": "adaptive", field: value}))

@@ -17,20 +17,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path, finished_run):
-    import jax
-
-    wd = str(tmp_path / "two_hosts")
+def start_two_processes(wd, flags):
+    """main.py as two JAX processes of 4 CPU devices each, coordinated on a free local port."""
     port = free_port()
-    env = dict(
-        os.environ,
-        XLA_FLAGS=" ".join(
-            [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
-            + ["--xla_force_host_platform_device_count=4"]
-        ),
-    )
-    flags = tiny_flags(**{"train.num_steps": 4, "train.ckpt_every": 4})  # as the one-process run of finished_run
-    procs = [
+    xla = [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
+    env = dict(os.environ, XLA_FLAGS=" ".join([*xla, "--xla_force_host_platform_device_count=4"]))
+    return [
         subprocess.Popen(
             main_cmd(
                 f"--workdir={wd}",
@@ -47,6 +39,14 @@ def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path, fini
         )
         for i in range(2)
     ]
+
+
+def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path, finished_run):
+    import jax
+
+    wd = str(tmp_path / "two_hosts")
+    flags = tiny_flags(**{"train.num_steps": 4, "train.ckpt_every": 4})  # as the one-process run of finished_run
+    procs = start_two_processes(wd, flags)
     outs = [p.communicate(timeout=400) for p in procs]
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]
@@ -78,14 +78,6 @@ def test_a_signal_to_one_process_stops_both_at_the_same_step_with_a_checkpoint(t
     import time
 
     wd = str(tmp_path / "two_hosts")
-    port = free_port()
-    env = dict(
-        os.environ,
-        XLA_FLAGS=" ".join(
-            [f for f in os.environ.get("XLA_FLAGS", "").split() if "device_count" not in f]
-            + ["--xla_force_host_platform_device_count=4"]
-        ),
-    )
     every = 3
     flags = tiny_flags(
         **{
@@ -95,23 +87,7 @@ def test_a_signal_to_one_process_stops_both_at_the_same_step_with_a_checkpoint(t
             "train.stop_check_every": every,
         }
     )
-    procs = [
-        subprocess.Popen(
-            main_cmd(
-                f"--workdir={wd}",
-                *flags,
-                "--distributed",
-                f"--coordinator_address=127.0.0.1:{port}",
-                "--num_processes=2",
-                f"--process_id={i}",
-            ),
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
+    procs = start_two_processes(wd, flags)
     metrics = os.path.join(wd, "metrics.jsonl")
     t0 = time.time()
     try:
