@@ -38,8 +38,8 @@ def test_resume_equals_uninterrupted_for_every_sampler(tiny, tmp_path, sampler):
             src, c.seed, c.train.batch_size, setup.batch_sharding, start_step=start, random_flip=c.data.random_flip
         )
         try:
-            for _ in range(start, stop):
-                state, _ = setup.step_fn(state, next(it)[1])
+            for step in range(start, stop):  # the programs the training loop runs (Setup.step_for)
+                state, _ = setup.step_for(step)(state, next(it)[1])
         finally:
             it.close()
         return state
