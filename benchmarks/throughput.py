@@ -3,6 +3,8 @@ a GPU or TPU the model FLOPs utilisation, on whatever devices JAX sees.
 
     python benchmarks/throughput.py                       # default (digits) and CIFAR-10 configs, batch 128
     python benchmarks/throughput.py --configs=default --reps=30
+    python benchmarks/throughput.py --configs=mnist_latent:dit,mnist_latent:uvit --batch=64   # latent transformers
+                                      # (after python -m data.encode_latents --dataset=mnist --output=latents/mnist)
     python benchmarks/throughput.py --configs=cifar10 --set model.dtype=bfloat16   # on an accelerator
 
 The adaptive step does its policy update on steps with step % f_S == 0. Both kinds of step are timed separately
@@ -67,7 +69,9 @@ def load(name, batch, overrides, sampler):
 
     from core.fields import override
 
-    c = importlib.import_module(f"configs.{name}").get_config()
+    name, _, arg = name.partition(":")  # a config's argument: mnist_latent:dit
+    module = importlib.import_module(f"configs.{name}")
+    c = module.get_config(arg) if arg else module.get_config()
     c.train.batch_size = batch
     c.sampler.name = sampler
     values = {}
@@ -86,7 +90,6 @@ def main():
 
     configure_cpu_devices(load(args.configs.split(",")[0], args.batch, args.set, "uniform"))
     import jax
-    import numpy as np
 
     from training import aot
     from training.setup import build, initial_state
@@ -100,8 +103,7 @@ def main():
             c = load(name, args.batch, args.set, sampler)
             s = build(c)
             st = initial_state(s)
-            shape = (c.train.batch_size, c.data.image_size, c.data.image_size, c.data.channels)
-            batch = jax.device_put(np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8), s.batch_sharding)
+            batch = s.example_batch(c.train.batch_size)
             f = c.sampler.adaptive.update_every
             kinds = {"other": 1} if sampler == "uniform" else {"other": 1, "update": 0}
             # the programs the training loop runs (Setup.step_for): for the learned sampler one for its

@@ -1,8 +1,9 @@
 """Image datasets, registered by name (DATASETS), and the step-indexed batch pipeline."""
 
-from data import digits, tfds
-from data.base import DATASETS, ArraySource, DatasetNotFound, load_split
+from data import digits, folder, latents, mnist, tfds
+from data.base import DATASETS, ArraySource, DatasetNotFound, dataset_classes, load_split, pixel_split
 from data.digits import digits_arrays
+from data.mnist import mnist_arrays
 from data.pipeline import BatchIterator, global_batch_indices
 
 __all__ = [
@@ -10,7 +11,13 @@ __all__ = [
     "ArraySource",
     "DatasetNotFound",
     "load_split",
+    "pixel_split",
+    "dataset_classes",
     "digits_arrays",
+    "mnist_arrays",
+    "mnist",
+    "latents",
+    "folder",
     "global_batch_indices",
     "BatchIterator",
     "digits",

@@ -1,7 +1,11 @@
 """The dataset registry (config.data, flat layout) and the random-access source contract.
 
 A dataset is a class with a `name`, optional own FIELDS, an optional `check(cfg, ctx)` and `load(cfg, split)`
-returning a source of uint8 images [H, W, C]: `len(source)` and `source.get(indices) -> [N, H, W, C]`.
+returning a source of uint8 images [H, W, C]: `len(source)` and `source.get(indices) -> [N, H, W, C]`; a dataset
+with `num_classes` > 0 has labels: `source.get_labelled(indices) -> (images, int32 labels [N])`, in
+0..num_classes-1. A source may hold float arrays instead of images (pre-encoded latents, data/latents.py: its part
+has dtype "float32"); it may then implement `get(indices, flip=mask)` itself (the flipped images' latents encoded
+beforehand) with `flips_itself = True`, and `labels(indices)`.
 Every dataset has the common fields below; nothing is downloaded at run time.
 """
 
@@ -13,7 +17,7 @@ from core.registry import FLAT, Registry
 COMMON = dict(
     data_dir=Path("", mutable=True),  # tensorflow-datasets folder for everything but the embedded digits
     image_size=Int(8, 1),
-    channels=Int(1, allowed=(1, 3)),
+    channels=Int(1, 1),
 )
 
 DATASETS = Registry("data", FLAT, common=COMMON)
@@ -24,14 +28,22 @@ class DatasetNotFound(RuntimeError):
 
 
 class ArraySource:
-    def __init__(self, images):
-        self.images = images
+    """In-memory images [N, H, W, C] and, for a labelled dataset, labels [N]."""
+
+    def __init__(self, images, labels=None):
+        self.images, self.labels_ = images, labels
 
     def __len__(self):
         return len(self.images)
 
     def get(self, indices):
         return self.images[np.asarray(indices)]
+
+    def labels(self, indices):
+        return np.asarray(self.labels_[np.asarray(indices)], np.int32)
+
+    def get_labelled(self, indices):
+        return self.get(indices), self.labels(indices)
 
 
 def flip_fields(default: bool) -> dict:
@@ -46,6 +58,7 @@ class Dataset:
     image_size and channels, and gives their defaults."""
 
     name = "base"
+    num_classes = 0  # class labels 0..num_classes-1 that load() sources give with labels=True; 0: none
     shape = None  # (H, W, C) of the dataset's images, or None when any size is possible
     FIELDS = flip_fields(False)
     COMMON_DEFAULTS = {}
@@ -67,6 +80,25 @@ class Dataset:
     @classmethod
     def load(cls, cfg, split: str):
         raise NotImplementedError
+
+    @classmethod
+    def pixels(cls, cfg, split: str):
+        """A source of the split's uint8 images (for FID's real images): the dataset itself, or for pre-encoded
+        latents the images they were encoded from."""
+        return cls.load(cfg, split)
+
+
+def dataset_classes(data_cfg) -> int:
+    """The class count of the dataset config.data names (0: it has no labels)."""
+    if data_cfg.name not in DATASETS.names():
+        return 0
+    part = DATASETS[data_cfg.name]
+    return part.classes(data_cfg) if hasattr(part, "classes") else getattr(part, "num_classes", 0)
+
+
+def pixel_split(data_cfg, split: str):
+    """A source of uint8 images of split 'train' or 'test' (Dataset.pixels)."""
+    return DATASETS[data_cfg.name].pixels(data_cfg, split)
 
 
 def load_split(data_cfg, split: str):

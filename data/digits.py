@@ -24,6 +24,7 @@ def digits_arrays():
 class Digits(Dataset):
     name = "digits"
     shape = (8, 8, 1)
+    num_classes = 10
     FIELDS = flip_fields(False)  # digits are not mirror-symmetric
     COMMON_DEFAULTS = dict(image_size=8, channels=1)
 
@@ -33,5 +34,5 @@ class Digits(Dataset):
 
     @classmethod
     def load(cls, cfg, split):
-        (train, _), (test, _) = digits_arrays()
-        return ArraySource(train if split == "train" else test)
+        train, test = digits_arrays()
+        return ArraySource(*(train if split == "train" else test))

@@ -33,10 +33,11 @@ def flip_mask(seed: int, step: int, batch_size: int) -> np.ndarray:
 
 
 class BatchIterator:
-    """Yields (step, global uint8 jax.Array [B, H, W, C]) from `start_step`, prefetching on a thread."""
+    """Yields (step, batch) from `start_step`, prefetching on a thread: the batch is the global jax.Array
+    [B, H, W, C] (uint8 images, or float latents), or with labels=True the dict {"image": that, "label": int32 [B]}."""
 
-    def __init__(self, source, seed, batch_size, sharding, start_step=0, prefetch=2, random_flip=False):
-        self.random_flip = random_flip
+    def __init__(self, source, seed, batch_size, sharding, start_step=0, prefetch=2, random_flip=False, labels=False):
+        self.random_flip, self.with_labels = random_flip, labels
         self.source, self.seed, self.B, self.sharding = source, seed, batch_size, sharding
         P, p = jax.process_count(), jax.process_index()
         self.lo, self.hi = p * batch_size // P, (p + 1) * batch_size // P
@@ -48,11 +49,19 @@ class BatchIterator:
 
     def local_batch(self, step):
         idx = global_batch_indices(self.seed, step, self.B, len(self.source))[self.lo : self.hi]
-        images = self.source.get(idx)
-        if self.random_flip:
-            flip = flip_mask(self.seed, step, self.B)[self.lo : self.hi]
+        flip = flip_mask(self.seed, step, self.B)[self.lo : self.hi] if self.random_flip else None
+        labels = None
+        if getattr(self.source, "flips_itself", False):
+            # e.g. latents with the latents of the flipped images encoded beforehand
+            images = self.source.get(idx, flip=flip)
+            labels = self.source.labels(idx) if self.with_labels else None
+        elif self.with_labels:
+            images, labels = self.source.get_labelled(idx)
+        else:
+            images = self.source.get(idx)
+        if self.random_flip and not getattr(self.source, "flips_itself", False):
             images = np.where(flip[:, None, None, None], images[:, :, ::-1], images)
-        return images
+        return images if labels is None else {"image": images, "label": labels}
 
     def _work(self):
         s = self.step
@@ -73,7 +82,7 @@ class BatchIterator:
         s, local = self.q.get()
         if isinstance(local, Exception):
             raise local
-        return s, jax.make_array_from_process_local_data(self.sharding, local)
+        return s, jax.tree.map(lambda a: jax.make_array_from_process_local_data(self.sharding, a), local)
 
     def __iter__(self):
         return self

@@ -10,12 +10,12 @@ from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields
 class TfdsSource:
     """tfds random-access source; reads only the records asked for (each process its own shard)."""
 
-    def __init__(self, name: str, tfds_name: str, key: str, split: str, data_dir: str):
+    def __init__(self, name: str, tfds_name: str, key: str, split: str, data_dir: str, label_key: str = ""):
         import tensorflow_datasets as tfds
 
         if name == "digits_tfds":
             from data import digits_builder  # noqa: F401  registers the builder
-        self.key = key
+        self.key, self.label_key = key, label_key
         builder = tfds.builder(tfds_name, data_dir=data_dir or None)
         if not builder.is_prepared():
             raise DatasetNotFound(
@@ -29,28 +29,37 @@ class TfdsSource:
     def __len__(self):
         return len(self.source)
 
-    def get(self, indices):
+    def _records(self, indices):
         if hasattr(self.source, "__getitems__"):
-            records = self.source.__getitems__(list(map(int, indices)))
-        else:
-            records = [self.source[int(i)] for i in indices]
-        return np.stack([np.asarray(r[self.key]) for r in records]).astype(np.uint8)
+            return self.source.__getitems__(list(map(int, indices)))
+        return [self.source[int(i)] for i in indices]
+
+    def get(self, indices):
+        return np.stack([np.asarray(r[self.key]) for r in self._records(indices)]).astype(np.uint8)
+
+    def get_labelled(self, indices):
+        records = self._records(indices)
+        images = np.stack([np.asarray(r[self.key]) for r in records]).astype(np.uint8)
+        return images, np.asarray([int(r[self.label_key]) for r in records], np.int32)
 
 
 class TfdsDataset(Dataset):
-    tfds_name, image_key = "", "image"
+    tfds_name, image_key, label_key = "", "image", ""
 
     @classmethod
     def load(cls, cfg, split):
-        return TfdsSource(cls.name, cls.tfds_name, cls.image_key, split, cfg.data_dir)
+        return TfdsSource(cls.name, cls.tfds_name, cls.image_key, split, cfg.data_dir, cls.label_key)
 
 
-def tfds_dataset(name: str, tfds_name: str, shape, flip: bool):
-    """Register a tfds dataset whose images have `shape` (H, W, C), flipped in training by default when `flip`."""
+def tfds_dataset(name: str, tfds_name: str, shape, flip: bool, num_classes: int = 0, label_key: str = "label"):
+    """Register a tfds dataset whose images have `shape` (H, W, C), flipped in training by default when `flip`;
+    with num_classes > 0 its records' `label_key` holds the class."""
     attrs = dict(
         name=name,
         tfds_name=tfds_name,
         shape=shape,
+        num_classes=num_classes,
+        label_key=label_key if num_classes else "",
         FIELDS=flip_fields(flip),
         COMMON_DEFAULTS=dict(image_size=shape[0], channels=shape[2]),
         __doc__=f"tensorflow-datasets' {tfds_name}",
@@ -60,10 +69,10 @@ def tfds_dataset(name: str, tfds_name: str, shape, flip: bool):
 
 # Random horizontal flips as the papers trained: DDPM (and the learned sampler's reference code) flip CIFAR-10 and
 # CelebA-HQ; improved-diffusion's ImageNet 32/64 loader does not flip; the digits are not mirror-symmetric.
-tfds_dataset("cifar10", "cifar10", (32, 32, 3), flip=True)
+tfds_dataset("cifar10", "cifar10", (32, 32, 3), flip=True, num_classes=10)
 tfds_dataset("celeb_a_hq", "celeb_a_hq/256", (256, 256, 3), flip=True)
 tfds_dataset("imagenet32", "downsampled_imagenet/32x32", (32, 32, 3), flip=False)
 tfds_dataset("imagenet64", "downsampled_imagenet/64x64", (64, 64, 3), flip=False)
 tfds_dataset(
-    "digits_tfds", "digits", (8, 8, 1), flip=False
+    "digits_tfds", "digits", (8, 8, 1), flip=False, num_classes=10
 )  # the digits through a real tfds builder (digits_builder.py)

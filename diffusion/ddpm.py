@@ -11,12 +11,20 @@ Choices written down:
   sampler's reward) use False, the evaluation NLL uses True, both as in improved-diffusion.
 - The bound's terms: the Gaussian KL for t > 0, the discretised decoder NLL for t = 0, and the prior KL at T - 1
   (`nll_bpd`); the learned sampler's reward uses the Gaussian KL at every t, t = 0 included (`kl_only`).
+
+Learned variance (variance="learned_range"; Nichol & Dhariwal 2021, improved-diffusion ModelVarType.LEARNED_RANGE,
+as DiT trains): the network outputs 2C channels (`out_channels`), channels-last. The first C are the mean
+parametrisation (`target`), the last C the raw v (improved-diffusion's `model_var_values`, nominally in [-1, 1], not
+clipped), and log sigma^2 = frac log beta_t + (1 - frac) log beta~_t (clipped), frac = (v + 1) / 2. Every method
+taking the network output `out` accepts it: the mean part gives the mean, v the variance; DDIM uses the mean part only.
+The variance is trained by the hybrid loss L_simple + lambda L_vlb (`example_losses`, `vb_weight` = lambda).
 """
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from core.fields import Choice, FieldError, Int
+from core.fields import Choice, FieldError, Int, Num
 from diffusion import sampling
 from diffusion.base import PROCESSES
 from diffusion.gaussian import (
@@ -24,6 +32,7 @@ from diffusion.gaussian import (
     discretized_gaussian_log_likelihood,
     extract,
     fold_timesteps,
+    learned_range_log_variance,
     mean_flat,
     normal_kl,
     stratified_timesteps,
@@ -31,7 +40,8 @@ from diffusion.gaussian import (
 from diffusion.schedules import SCHEDULES, Schedule, betas_for, make_schedule
 
 TARGETS = ("eps", "x0", "v")
-VARIANCES = ("fixed_large", "fixed_small")
+VARIANCES = ("fixed_large", "fixed_small", "learned_range")
+VB_WEIGHT = 0.001  # lambda of L_hybrid = L_simple + lambda L_vlb: improved-diffusion (RESCALED_MSE) and DiT
 
 
 @PROCESSES.register
@@ -43,6 +53,8 @@ class DDPM:
         num_timesteps=Int(1000, 2),
         target=Choice("eps", TARGETS),  # what the network predicts
         variance=Choice("fixed_large", VARIANCES),  # of the reverse process
+        # lambda of the hybrid loss; used only with variance=learned_range (example_losses says the convention)
+        vb_weight=Num(VB_WEIGHT, lo=0, note="improved-diffusion / DiT: 0.001"),
     )
 
     @classmethod
@@ -58,14 +70,46 @@ class DDPM:
 
     @classmethod
     def from_config(cls, cfg) -> "DDPM":
-        return cls(make_schedule(cfg.schedule, cfg.num_timesteps), cfg.target, cfg.variance)
+        return cls(
+            make_schedule(cfg.schedule, cfg.num_timesteps),
+            cfg.target,
+            cfg.variance,
+            vb_weight=cfg.get("vb_weight", VB_WEIGHT),
+        )
 
-    def __init__(self, schedule: Schedule, target: str = "eps", variance: str = "fixed_large"):
+    def __init__(
+        self, schedule: Schedule, target: str = "eps", variance: str = "fixed_large", *, vb_weight: float = VB_WEIGHT
+    ):
         if target not in TARGETS:
             raise ValueError(f"target {target!r} is not one of {', '.join(TARGETS)}")
         if variance not in VARIANCES:
             raise ValueError(f"variance {variance!r} is not one of {', '.join(VARIANCES)}")
         self.schedule, self.target, self.variance = schedule, target, variance
+        self.vb_weight = float(vb_weight)
+
+    @property
+    def learned_variance(self) -> bool:
+        return self.variance == "learned_range"
+
+    def out_channels(self, channels: int) -> int:
+        """Channels of the network output for images of `channels` channels: 2C with a learned variance, else C."""
+        return 2 * channels if self.learned_variance else channels
+
+    def split_out(self, out, channels: int):
+        """(mean part [..., C], v [..., C]) of the network output; (out itself, None) for a fixed variance."""
+        if not self.learned_variance:
+            return out, None
+        if out.shape[-1] != 2 * channels:
+            raise ValueError(
+                f"variance=learned_range needs a network output of 2C = {2 * channels} channels, got {out.shape[-1]} "
+                f"(build the model with process.out_channels(C))"
+            )
+        return out[..., :channels], out[..., channels:]
+
+    @property
+    def vb_scale(self) -> float:
+        """The factor example_losses applies to L_t (bits/dim): vb_weight * T with a learned variance, else 0."""
+        return self.vb_weight * self.num_timesteps if self.learned_variance else 0.0
 
     @property
     def num_timesteps(self) -> int:
@@ -107,9 +151,33 @@ class DDPM:
         )
 
     def example_mse(self, apply_fn, x0, t, noise):
-        """Per-example MSE of the network's output against the training target at x_t: [B]. apply_fn(xt, t)."""
+        """Per-example MSE of the network's output (its mean part) against the training target at x_t: [B].
+        apply_fn(xt, t)."""
         xt = self.q_sample(x0, t, noise)
-        return mean_flat((apply_fn(xt, t) - self.training_target(x0, t, noise)) ** 2)
+        out, _ = self.split_out(apply_fn(xt, t), x0.shape[-1])
+        return mean_flat((out - self.training_target(x0, t, noise)) ** 2)
+
+    def example_losses(self, apply_fn, x0, t, noise):
+        """(mse [B], vb [B]) from ONE call of apply_fn(xt, t): the hybrid loss's two per-example terms.
+
+        mse: as example_mse (the mean part against the target; no gradient reaches the variance channels).
+        vb: already scaled, ready to add: vb = vb_weight * T * L_t(x0, t), where L_t is the bound term of
+        vb_terms_bpd (bits/dim: mean over dimensions / ln 2; the Gaussian KL for t > 0, the decoder NLL for t = 0;
+        clip_denoised=False), computed with the mean part under stop_gradient, so vb trains only the variance
+        channels. This is improved-diffusion's RESCALED_MSE (`terms["vb"] *= num_timesteps / 1000.0`, as DiT
+        trains): L_hybrid = L_simple + lambda L_vlb with L_vlb = sum_t L_t estimated by T L_t, lambda = vb_weight
+        = 0.001. The caller forms loss = mean(w_sampler * (w(t) * mse + vb)) and adds no factor of its own;
+        vb / process.vb_scale is L_t in bits/dim for logging. With a fixed variance vb is zeros and mse is
+        bit-for-bit example_mse.
+        """
+        xt = self.q_sample(x0, t, noise)
+        out, v = self.split_out(apply_fn(xt, t), x0.shape[-1])
+        mse = mean_flat((out - self.training_target(x0, t, noise)) ** 2)
+        if v is None:
+            return mse, jnp.zeros_like(mse)
+        frozen = jnp.concatenate([jax.lax.stop_gradient(out), v], axis=-1)
+        vb = self.vb_terms_bpd(x0, xt, t, frozen, clip_denoised=False)
+        return mse, self.vb_scale * vb
 
     # -- reverse process ---------------------------------------------------------------------------------------
     def q_posterior(self, x0, xt, t):
@@ -119,6 +187,10 @@ class DDPM:
         return mean, self._at(s.posterior_variance, t, xt.ndim), self._at(s.posterior_log_variance_clipped, t, xt.ndim)
 
     def predict_x0(self, xt, t, out):
+        """x0 from the network output (its mean part when the variance is learned)."""
+        return self._predict_x0(xt, t, self.split_out(out, xt.shape[-1])[0])
+
+    def _predict_x0(self, xt, t, out):
         s = self.schedule
         if self.target == "eps":
             return (
@@ -138,9 +210,17 @@ class DDPM:
             s.sqrt_recipm1_alphas_cumprod, t, xt.ndim
         )
 
-    def model_log_variance(self, t, ndim: int):
-        """Fixed-large: beta_t with beta~_1 at t = 0. Fixed-small: beta~_t, log clipped at t = 0."""
+    def model_log_variance(self, t, ndim: int, v=None):
+        """Fixed-large: beta_t with beta~_1 at t = 0. Fixed-small: beta~_t, log clipped at t = 0. [B, 1, ..., 1].
+        Learned range: v [B, ..., C] (the output's variance channels) between log beta~_t clipped (v = -1) and
+        log beta_t (v = +1; beta_0 itself at t = 0, as improved-diffusion) -> [B, ..., C]."""
         s = self.schedule
+        if self.learned_variance:
+            if v is None:
+                raise ValueError("variance=learned_range: the log-variance needs the output's variance channels v")
+            # log beta from the float64 table, as improved-diffusion's np.log(self.betas)
+            max_log = self._at(jnp.asarray(np.log(s.np64["betas"]), jnp.float32), t, ndim)
+            return learned_range_log_variance(v, self._at(s.posterior_log_variance_clipped, t, ndim), max_log)
         if self.variance == "fixed_large":
             table = jnp.log(jnp.concatenate([s.posterior_variance[1:2], s.betas[1:]]))
         else:
@@ -148,12 +228,14 @@ class DDPM:
         return self._at(table, t, ndim)
 
     def p_mean_variance(self, xt, t, out, clip_denoised: bool):
-        """Mean and log-variance of p_theta(x_{t-1} | x_t) given the network output `out`; also x0_hat."""
-        x0_hat = self.predict_x0(xt, t, out)
+        """Mean and log-variance of p_theta(x_{t-1} | x_t) given the network output `out`; also x0_hat.
+        The log-variance is [B, 1, ..., 1] for a fixed variance, [B, ..., C] for a learned one."""
+        out, v = self.split_out(out, xt.shape[-1])
+        x0_hat = self._predict_x0(xt, t, out)
         if clip_denoised:
             x0_hat = jnp.clip(x0_hat, -1.0, 1.0)
         mean, _, _ = self.q_posterior(x0_hat, xt, t)
-        return mean, self.model_log_variance(t, xt.ndim), x0_hat
+        return mean, self.model_log_variance(t, xt.ndim, v), x0_hat
 
     # -- the variational bound, in bits/dim --------------------------------------------------------------------
     def vb_terms_bpd(self, x0, xt, t, out, clip_denoised: bool = False):
@@ -214,6 +296,20 @@ class DDPM:
         return (terms * weights).sum(axis=1) + self.prior_bpd(x0)
 
     # -- sampling ----------------------------------------------------------------------------------------------
+    def guide(self, out_cond, out_uncond, scale):
+        """Classifier-free guidance of network outputs [B, ..., C or 2C]: out_uncond + scale (out_cond - out_uncond)
+        on the mean part; a learned variance's channels are out_cond's (DiT's forward_with_cfg guides only the eps
+        channels; DiT guides 3 of 4 latent channels by default, we guide all C). scale == 1 returns out_cond exactly
+        (a Python number short-cuts; a traced scale selects it with jnp.where)."""
+        if isinstance(scale, (int, float)) and scale == 1:
+            return out_cond
+        c = out_cond.shape[-1] // 2 if self.learned_variance else out_cond.shape[-1]
+        cond, uncond = out_cond[..., :c], out_uncond[..., :c]
+        guided = jnp.where(scale == 1, cond, uncond + scale * (cond - uncond))
+        if self.learned_variance:
+            guided = jnp.concatenate([guided, out_cond[..., c:]], axis=-1)
+        return guided
+
     def sample(self, apply_fn, key, shape, method: str = "ancestral", steps: int = 0, constrain=sampling.same):
         """Samples in [-1, 1] of `shape` from the reverse process: "ancestral" (all T steps) or "ddim" (`steps`)."""
         if method == "ddim":

@@ -1,5 +1,6 @@
-"""Pure functions of arrays shared by the diffusion processes: Gaussian KL, the discretised decoder, folding many
-timesteps into one batch, and the stratified timesteps of the bound estimate. The processes (ddpm.py) use them.
+"""Pure functions of arrays shared by the diffusion processes: Gaussian KL, the discretised decoder, the learned-range
+log-variance, folding many timesteps into one batch, and the stratified timesteps of the bound estimate. The processes
+(ddpm.py) use them.
 
 Formulas follow openai/improved-diffusion (`gaussian_diffusion.py`, `losses.py`); method.md section 4.
 Choice written down: the discretised Gaussian decoder uses the tanh approximation of the normal CDF, as
@@ -28,6 +29,14 @@ def mean_flat(x: jnp.ndarray) -> jnp.ndarray:
 def normal_kl(mean1, logvar1, mean2, logvar2):
     """KL(N(mean1, e^logvar1) || N(mean2, e^logvar2)), elementwise, in nats."""
     return 0.5 * (-1.0 + logvar2 - logvar1 + jnp.exp(logvar1 - logvar2) + (mean1 - mean2) ** 2 * jnp.exp(-logvar2))
+
+
+def learned_range_log_variance(v, min_log, max_log):
+    """improved-diffusion's LEARNED_RANGE log-variance: the network's raw v (nominally in [-1, 1], not clipped)
+    interpolates log-linearly, frac * max_log + (1 - frac) * min_log with frac = (v + 1) / 2; min_log = log beta~_t
+    (clipped), max_log = log beta_t. v = -1 gives min_log and v = +1 max_log exactly."""
+    frac = (v + 1) / 2
+    return frac * max_log + (1 - frac) * min_log
 
 
 def approx_standard_normal_cdf(x):

@@ -1,8 +1,9 @@
 """Ancestral (DDPM) and DDIM sampling of a discrete-time process with lax.scan.
 
-`apply_fn(x, t) -> out` is the network on a batch; t has shape [B]. `process` gives the reverse-process pieces
-(p_mean_variance, predict_x0, predict_eps, its schedule). Samples are clipped x0-predictions at every step
-(clip_denoised=True), as in the DDPM and improved-diffusion samplers.
+`apply_fn(x, t) -> out` is the network on a batch; t has shape [B]; `out` may carry learned variance channels
+(process.out_channels), the samples have the channels of `shape`. `process` gives the reverse-process pieces
+(p_mean_variance, predict_x0, predict_eps, its schedule); DDIM uses only the mean part of `out` (predict_x0).
+Samples are clipped x0-predictions at every step (clip_denoised=True), as in the DDPM and improved-diffusion samplers.
 DDIM uses `num_steps` timesteps evenly spaced over 0..T-1 (rounded down, always including 0 and the last step),
 eta = 0 by default.
 """

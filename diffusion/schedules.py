@@ -4,7 +4,8 @@ Sources: Ho et al. 2020 (linear), Nichol & Dhariwal 2021 (cosine; openai/improve
 `gaussian_diffusion.py`), the quad schedule of the DDPM reference code (beta = linspace(sqrt(b0), sqrt(b1))^2).
 
 Choices a formula leaves open, written down:
-- linear and quad are stated for T = 1000 with beta from 1e-4 to 0.02. For other T we scale both ends by
+- linear and quad are stated for T = 1000 with beta from 1e-4 to 0.02 (sd and ldm: SCALED_LINEAR's ends). For
+  other T we scale both ends by
   1000 / T, as improved-diffusion's `get_named_beta_schedule` does for linear, so that alpha_bar_T stays near zero.
   For T = 1000 the tables equal the reference ones exactly.
 - cosine uses s = 0.008 and clips beta at 0.999; alpha_bar is recomputed as the cumulative product of the clipped
@@ -18,7 +19,12 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-SCHEDULES = ("linear", "cosine", "quad")
+SCHEDULES = ("linear", "cosine", "quad", "sd", "ldm")
+# quad-form ("scaled linear": beta = linspace(sqrt(b0), sqrt(b1), T)^2) schedules of the latent models, for T = 1000:
+# sd: Stable Diffusion's (0.00085, 0.012), which U-ViT's discrete ImageNet-256 runs use
+# (baofff/U-ViT libs: stable_diffusion_beta_schedule); ldm: the LDM CelebA-HQ config's (0.0015, 0.0195)
+# (CompVis/latent-diffusion configs/latent-diffusion/celebahq-ldm-vq-4.yaml, "linear" there meaning this form).
+SCALED_LINEAR = dict(quad=(1e-4, 0.02), sd=(0.00085, 0.012), ldm=(0.0015, 0.0195))
 
 
 def betas_for(name: str, num_timesteps: int) -> np.ndarray:
@@ -27,8 +33,9 @@ def betas_for(name: str, num_timesteps: int) -> np.ndarray:
     scale = 1000.0 / T
     if name == "linear":
         return np.linspace(scale * 1e-4, scale * 0.02, T, dtype=np.float64)
-    if name == "quad":
-        return np.linspace(math.sqrt(scale * 1e-4), math.sqrt(scale * 0.02), T, dtype=np.float64) ** 2
+    if name in SCALED_LINEAR:
+        b0, b1 = SCALED_LINEAR[name]
+        return np.linspace(math.sqrt(scale * b0), math.sqrt(scale * b1), T, dtype=np.float64) ** 2
     if name == "cosine":
         f = lambda u: np.cos((u + 0.008) / 1.008 * np.pi / 2) ** 2
         i = np.arange(T, dtype=np.float64)

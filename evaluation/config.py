@@ -3,9 +3,9 @@ Every eval field may change when a run is resumed."""
 
 import os
 
-from core.fields import Choice, ConfigError, Int, Path, all_mutable
+from core.fields import Choice, ConfigError, Int, Num, Path, all_mutable
 from diffusion.sampling import METHODS
-from evaluation.features import DIGITS, check_reference_stats
+from evaluation.features import check_reference_stats, classifier_dataset
 from evaluation.features import kind as fid_kind
 
 FID_FIELDS = dict(
@@ -13,9 +13,11 @@ FID_FIELDS = dict(
     method=Choice("ddim", METHODS),  # ancestral (all T steps, the paper's protocol) | ddim
     ddim_steps=Int(100, 1, "T"),
     batch_size=Int(1000, 1),  # samples per sampling call (chunk i seeded fold_in(key, i); one call: the key)
+    guidance_scale=Num(1.0, 0.0),  # classifier-free guidance of a class-conditional model (periodic FID too)
     kid_subsets=Int(100, 1),  # KID: mean over this many subsets ...
     kid_subset_size=Int(1000, 2),  # ... of this many features from each set (capped at the smaller set)
-    features=Choice("auto", ("auto", "classifier", "inception")),  # auto: digits classifier, else inception if weights
+    # auto: the embedded datasets' classifiers (digits, MNIST), else inception with weights; none: no FID / KID
+    features=Choice("auto", ("auto", "classifier", "inception", "none")),
     inception_weights=Path(""),  # pytorch-fid's pt_inception-2015-12-05-6726825d.pth (or an .npz of it)
     reference_stats=Path(""),  # .npz of mu, sigma (and features) of the dataset: python -m evaluation.reference
     classifier_cache=Path(""),  # folder of the digits classifier's cached weights ("": ~/.cache/adaptive-timesteps)
@@ -56,10 +58,10 @@ def check_eval(config):
     """What the FID fields need of each other, of the dataset and of the files they name."""
     f, p = config.eval.fid, "eval.fid."
     _require(
-        f.features != "classifier" or config.data.name in DIGITS,
+        f.features != "classifier" or classifier_dataset(config),
         p + "features",
         f.features,
-        f"the classifier is trained on the digits; config.data.name is {config.data.name!r}",
+        f"the classifiers are trained on the embedded digits and MNIST; config.data.name is {config.data.name!r}",
     )
     weights, stats = f.inception_weights, f.reference_stats
     _require(

@@ -17,9 +17,18 @@ from typing import Callable
 
 import numpy as np
 
-from evaluation import frechet
+from evaluation import classifier, frechet
 
-DIGITS = ("digits", "digits_tfds")
+DIGITS = ("digits", "digits_tfds", "mnist")  # datasets with an embedded classifier (classifier.py)
+
+
+def classifier_dataset(config) -> str:
+    """The embedded dataset whose classifier scores this config's images (a latent dataset: its source)."""
+    from data import DATASETS
+
+    part = DATASETS[config.data.name]
+    name = part.source_name(config.data) if hasattr(part, "source_name") else config.data.name
+    return classifier.DATASET_OF.get(name, "")
 
 
 @dataclasses.dataclass
@@ -45,9 +54,11 @@ class FeatureSpace:
 def kind(config) -> str | None:
     """ "classifier", "inception" or None (no FID) for the config."""
     f = config.eval.fid
+    if f.features == "none":
+        return None
     if f.features != "auto":
         return f.features
-    if config.data.name in DIGITS:
+    if classifier_dataset(config):
         return "classifier"
     return "inception" if f.inception_weights else None
 
@@ -55,6 +66,8 @@ def kind(config) -> str | None:
 def fid_unavailable_reason(config) -> str | None:
     if kind(config) is not None:
         return None
+    if config.eval.fid.features == "none":
+        return "config.eval.fid.features='none'"
     return (
         f"no FID for config.data.name={config.data.name!r}: set config.eval.fid.inception_weights (pytorch-fid's "
         f"pt_inception-2015-12-05-6726825d.pth) and config.eval.fid.reference_stats (README: FID)"
@@ -65,25 +78,23 @@ def make_feature_space(config) -> FeatureSpace | None:
     """The config's FeatureSpace, or None when it has none (fid_unavailable_reason says why)."""
     f = config.eval.fid
     if kind(config) == "classifier":
-        from data.digits import digits_arrays
-        from evaluation import classifier
-
-        params, acc, scale = classifier.load_or_train(f.classifier_cache)
-        fn = classifier.make_feature_fn(params, scale)
-        (train, _), _ = digits_arrays()
+        name = classifier_dataset(config)
+        params, acc, scale = classifier.load_or_train(f.classifier_cache, name)
+        fn = classifier.make_feature_fn(params, scale, name)
+        (train, _), _ = classifier.dataset_arrays(name)
         ref = fn(train)
         mu, sigma = frechet.statistics(ref)
         return FeatureSpace(
-            "digits_classifier",
+            f"{name}_classifier",
             fn,
             mu,
             sigma,
             ref,
             dict(
-                features=f"digits classifier, {classifier.FEATURE_DIM}-d penultimate layer (evaluation/classifier.py); "
+                features=f"{name} classifier, {classifier.FEATURE_DIM}-d penultimate layer (evaluation/classifier.py); "
                 f"test accuracy {acc:.4f}",
-                reference=f"the {len(train)} training digits",
-                cache=classifier.cache_path(f.classifier_cache),
+                reference=f"the {len(train)} training images of {name}",
+                cache=classifier.cache_path(f.classifier_cache, name),
             ),
         )
     if kind(config) is None:

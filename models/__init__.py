@@ -1,7 +1,9 @@
-"""Denoising networks, registered by name (MODELS): the DDPM UNet ("unet")."""
+"""Denoising networks, registered by name (MODELS): the DDPM UNet ("unet"), DiT ("dit") and U-ViT ("uvit")."""
 
-from models import unet
+from models import dit, unet, uvit
 from models.base import DTYPES, MODELS, make_model
+from models.dit import DiT
 from models.unet import UNet, check_image_size
+from models.uvit import UViT
 
-__all__ = ["MODELS", "DTYPES", "make_model", "UNet", "check_image_size", "unet"]
+__all__ = ["MODELS", "DTYPES", "make_model", "UNet", "check_image_size", "unet", "DiT", "UViT", "dit", "uvit"]

@@ -215,11 +215,13 @@ class AdaptiveSampler(Sampler):
         B = x.shape[0]
         return x.reshape((self.probe, B // self.probe) + x.shape[1:])[:, 0]
 
-    def _delta(self, ctx, x0, ts, key):
-        """KL(theta_k) - KL(theta_{k+1}) at every timestep of ts [K] for every image of x0 [N]: [N, K]. The N K rows
-        are laid out image-major (the K rows of an image stay on the device that holds it)."""
+    def _delta(self, ctx, x0, y, ts, key):
+        """KL(theta_k) - KL(theta_{k+1}) at every timestep of ts [K] for every image of x0 [N] (labels y [N] or
+        None): [N, K]. The N K rows are laid out image-major (the K rows of an image stay on the device that holds
+        it)."""
         N, K = x0.shape[0], ts.shape[0]
         x0r, tr = jnp.repeat(x0, K, axis=0), jnp.tile(ts, N)
+        yr = None if y is None else jnp.repeat(y, K, axis=0)
         kn_before, kn_after, kd_before, kd_after = jax.random.split(key, 4)
         if self.cfg.common_noise:
             kn_after, kd_after = kn_before, kd_before
@@ -228,7 +230,14 @@ class AdaptiveSampler(Sampler):
             noise = jax.random.normal(k_noise, x0r.shape, jnp.float32)
             dropout_key = k_dropout if self.cfg.probe_dropout else None
             terms = ctx.rows_fn(
-                params, x0r, tr, noise, dropout_key=dropout_key, kl_only=True, rows_per_device=self.cfg.probe_chunk_rows
+                params,
+                x0r,
+                tr,
+                noise,
+                y=yr,
+                dropout_key=dropout_key,
+                kl_only=True,
+                rows_per_device=self.cfg.probe_chunk_rows,
             )
             return terms.reshape(N, K)
 
@@ -267,7 +276,8 @@ class AdaptiveSampler(Sampler):
         xp = self._probe_rows(ctx.x0)
         up = self._probe_rows(ctx.aux["u"])
         from_policy = self._probe_rows(ctx.aux.get("from_policy", jnp.ones(ctx.x0.shape[:1], bool)))
-        delta = self._delta(ctx, xp, state["S"], k_probe)  # [P, |S|]
+        yp = None if ctx.y is None else self._probe_rows(ctx.y)
+        delta = self._delta(ctx, xp, yp, state["S"], k_probe)  # [P, |S|]
         reward = jnp.sum(delta, axis=1)  # [P]
         advantage = jax.lax.stop_gradient(reward - self._baseline(state))
 
@@ -276,7 +286,8 @@ class AdaptiveSampler(Sampler):
         policy = optax.apply_updates(state["policy"], updates)
 
         pick = jax.random.choice(k_pick, ctx.x0.shape[0], (self.cfg.sweep_images,), replace=False)
-        d = jnp.mean(self._delta(ctx, ctx.x0[pick], self.grid, k_sweep), axis=0)  # [K]
+        y_pick = None if ctx.y is None else ctx.y[pick]
+        d = jnp.mean(self._delta(ctx, ctx.x0[pick], y_pick, self.grid, k_sweep), axis=0)  # [K]
         row = state["count"] % self.cfg.buffer_size
         X = state["X"].at[row].set(d)
         y = state["y"].at[row].set(jnp.sum(d))

@@ -32,13 +32,15 @@ SAMPLERS = Registry("sampler", NESTED)
 class StepContext:
     """What one train step hands to `Sampler.update` (all arrays are global, sharded over the data axis).
 
-    rows_fn(params, x0 [R, ...], t [R], noise [R, ...], *, dropout_key=None, kl_only=False, rows_per_device=0) -> [R]
-    computes the bound terms (bits/dim) of independent rows (image, timestep, noise) with the diffusion model's
+    rows_fn(params, x0 [R, ...], t [R], noise [R, ...], *, y=None, dropout_key=None, kl_only=False,
+    rows_per_device=0) -> [R] computes the bound terms (bits/dim) of independent rows (image, timestep, noise; with
+    y [R] their labels, which a class-conditional model needs: pass ctx.y's entries of the rows' images) with the
+    diffusion model's
     `params`, in float32, spread over the data axis and run in chunks of at most rows_per_device rows per device
     (training/rows.py); with a dropout key the network runs in train mode, each chunk with masks of its own.
-    losses [B] are each example's objective before the sampler's importance weight: w(t) * MSE, with w the loss
-    weighting. example_loss_fn(params, x0 [N,...], t [N], noise [N,...], dropout_key) -> [N] recomputes it (train
-    mode), for samplers that need gradients of single examples.
+    losses [B] are each example's objective before the sampler's importance weight: w(t) * MSE (plus the learned
+    variance's term), with w the loss weighting. example_loss_fn(params, x0 [N,...], t [N], noise [N,...],
+    dropout_key, y=None) -> [N] recomputes it (train mode), for samplers that need gradients of single examples.
     """
 
     step: jnp.ndarray
@@ -54,6 +56,7 @@ class StepContext:
     # Whether this step does the sampler's periodic work (Sampler.period): None decides on the device
     # (step % period == 0, under lax.cond); True / False when the step was compiled for one kind of step only.
     is_periodic: bool | None = None
+    y: jnp.ndarray | None = None  # the batch's labels for a class-conditional model (not dropped), else None
 
 
 class Sampler:

@@ -72,8 +72,13 @@ class GradVarianceSampler(TableSampler):
 
     def _estimate(self, state, ctx):
         nb, B = self.cfg.num_bins, ctx.x0.shape[0]
-        grad_one = jax.grad(lambda p, x, t, n, k: ctx.example_loss_fn(p, x[None], t[None], n[None], k)[0])
-        per_example = jax.vmap(grad_one, in_axes=(None, 0, 0, 0, 0))
+
+        def one_loss(p, x, t, n, k, y):
+            labels = {} if y is None else {"y": y[None]}  # a class-conditional model's labels
+            return ctx.example_loss_fn(p, x[None], t[None], n[None], k, **labels)[0]
+
+        grad_one = jax.grad(one_loss)
+        per_example = jax.vmap(grad_one, in_axes=(None, 0, 0, 0, 0, None if ctx.y is None else 0))
 
         def one_bin(args):
             b, key = args
@@ -81,8 +86,9 @@ class GradVarianceSampler(TableSampler):
             idx = jax.random.choice(k_img, B, (2,), replace=False)
             t = self.bin_start[b] + jnp.floor(jax.random.uniform(k_t, (2,)) * self.bin_size[b]).astype(jnp.int32)
             x = ctx.x0[idx]
+            y = None if ctx.y is None else ctx.y[idx]
             grads = per_example(
-                ctx.params_before, x, t, jax.random.normal(k_noise, x.shape), jax.random.split(k_drop, 2)
+                ctx.params_before, x, t, jax.random.normal(k_noise, x.shape), jax.random.split(k_drop, 2), y
             )
             diff = jax.tree.map(lambda a: a[0] - a[1], grads)
             return optax.tree.norm(diff, squared=True) / 2.0

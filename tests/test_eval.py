@@ -52,7 +52,7 @@ def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finishe
     fid = rec["fid"]
     p = fid["protocol"]
     assert (p["samples"], p["method"], p["steps"], p["parameters"]) == (24, "ddim", 3, "EMA")
-    assert p["feature_space"] == "digits_classifier" and "1500 training digits" in p["reference"]
+    assert p["feature_space"] == "digits_classifier" and "1500 training images of digits" in p["reference"]
     assert fid["fid"] > 0 and fid["kid_subsets"] == 10 and fid["kid_subset_size"] == 24
     # the floor next to it: the first 24 test digits against the same reference, as computed here
     from data import load_split

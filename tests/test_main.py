@@ -67,7 +67,7 @@ def test_unknown_sampler_stops_with_one_line(tmp_path):
             "config.diffusion.schedule='sigmoid' is not allowed: must be one of linear, cosine, quad",
         ),
         ("diffusion.target", "score", "config.diffusion.target='score' is not allowed: must be one of eps, x0, v"),
-        ("data.name", "mnist", "config.data.name='mnist' is not allowed: must be one of "),
+        ("data.name", "fashion_mnist", "config.data.name='fashion_mnist' is not allowed: must be one of "),
         ("train.batch_size", 20, "config.train.batch_size=20 is not allowed: must be divisible by the 8 devices"),
         (
             "model.ch_mult",

@@ -10,7 +10,6 @@ FLOP estimate for one step. On a TPU pod slice run it on every host, as training
 import time
 
 import jax
-import jax.numpy as jnp
 
 from training import checkpoint as ckpt
 
@@ -20,7 +19,7 @@ def compile_step(setup, step=None):
     or with step None the one that decides the sampler's periodic update on the device (both branches)."""
     c = setup.config
     state = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
-    batch = jax.ShapeDtypeStruct(setup.batch_shape(c.train.batch_size), jnp.uint8, sharding=setup.batch_sharding)
+    batch = setup.abstract_batch(c.train.batch_size)
     fn = setup.step_fn if step is None else setup.step_for(step)
     t0 = time.perf_counter()
     compiled = fn.lower(state, batch).compile()

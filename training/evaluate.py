@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from data import load_split
+from data import load_split, pixel_split
 from evaluation.features import fid_unavailable_reason, make_feature_space
 from training import checkpoint as ckpt
 from training import report
@@ -52,6 +52,29 @@ def restore_latest(setup, workdir):
         mngr.close()
 
 
+def guidance_protocol(setup, scale) -> dict:
+    """How samples of a class-conditional model were drawn (nothing for an unconditional one)."""
+    k = getattr(setup.model, "num_classes", 0)
+    if not k:
+        return {}
+    return dict(classes=f"balanced: sample i has class i mod {k}", guidance_scale=float(scale))
+
+
+def bound_space(setup) -> dict:
+    """Where the bound lives: pixels (the papers' bits/dim) or a first stage's latents (not comparable)."""
+    c = setup.config
+    out = {}
+    if getattr(setup.model, "num_classes", 0):
+        out["conditional"] = "on the true class of each test image"
+    if setup.autoencoder is not None:
+        out["space"] = (
+            f"LATENT: bits per latent dimension of the {c.data.image_size}x{c.data.image_size}x{c.data.channels} "
+            "latents (data scaled by the autoencoder's factor; the decoder at t=0 treats them as 8-bit), "
+            "not the pixel bits/dim of the paper tables"
+        )
+    return out
+
+
 def bound_fn(setup, num_t: int = 0):
     """fn(params, x_u8 [B, H, W, C], key) -> [B] bits/dim per image: the full bound (num_t = 0) or its estimate from
     num_t stratified timesteps; jitted once (and traced once per batch shape)."""
@@ -61,9 +84,12 @@ def bound_fn(setup, num_t: int = 0):
         apply = make_apply(setup.model.clone(dtype=jnp.float32))
         process = setup.process
 
-        def batch_nll(params, x_u8, key):
+        def batch_nll(params, x_u8, key, y=None):
             TRACES[("bound", num_t, x_u8.shape)] += 1
-            fn, x = (lambda x, t: apply(params, x, t)), to_float(x_u8)
+            # the process folds timesteps into rows batch-major (gaussian.fold_timesteps: image b's k rows are
+            # adjacent), so row r belongs to image r // k
+            fn = lambda x, t: apply(params, x, t, None, None if y is None else jnp.repeat(y, x.shape[0] // y.shape[0]))
+            x = to_float(x_u8)
             if num_t:
                 return process.nll_bpd_estimate(fn, x, key, num_t, clip_denoised=True, max_rows=chunk_rows)
             return process.nll_bpd(fn, x, key, clip_denoised=True, max_rows=chunk_rows)[0]
@@ -77,10 +103,11 @@ def _ceil_div(a, b):
     return -(-a // b)
 
 
-def bound_bpd(setup, params, images_u8, key, num_t: int = 0):
-    """(mean bits/dim, per-image bits/dim [N], seconds) of the full bound over images_u8 [N, H, W, C], or with
-    num_t > 0 of its unbiased estimate from num_t stratified timesteps (the process's nll_bpd_estimate). Every
-    process passes the same images; each puts its share of every batch on its devices."""
+def bound_bpd(setup, params, images_u8, key, num_t: int = 0, labels=None):
+    """(mean bits/dim, per-image bits/dim [N], seconds) of the full bound over images_u8 [N, H, W, C] (a latent
+    model's latents: then per latent dimension), or with num_t > 0 of its unbiased estimate from num_t stratified
+    timesteps (the process's nll_bpd_estimate). A class-conditional model's bound is conditional on the true
+    labels [N]. Every process passes the same images; each puts its share of every batch on its devices."""
     from jax.experimental import multihost_utils
 
     c = setup.config
@@ -93,27 +120,42 @@ def bound_bpd(setup, params, images_u8, key, num_t: int = 0):
 
     out, t0 = [], time.perf_counter()
     for i in range(0, N, B):
-        x = images_u8[i : i + B]
-        pad = B - len(x)
-        x = np.concatenate([x, np.repeat(x[:1], pad, axis=0)]) if pad else x
-        x = jax.make_array_from_process_local_data(setup.batch_sharding, x[p * B // P : (p + 1) * B // P])
-        nll = batch_nll(params, x, jax.random.fold_in(key, i))
+
+        def local(a):
+            a = a[i : i + B]
+            a = np.concatenate([a, np.repeat(a[:1], B - len(a), axis=0)]) if len(a) < B else a
+            return jax.make_array_from_process_local_data(setup.batch_sharding, a[p * B // P : (p + 1) * B // P])
+
+        pad = B - len(images_u8[i : i + B])
+        y = None if labels is None else local(np.asarray(labels, np.int32))
+        nll = batch_nll(params, local(images_u8), jax.random.fold_in(key, i), y)
         out.append(np.asarray(multihost_utils.process_allgather(nll, tiled=True))[: B - pad])
     per_image = np.concatenate(out)
     return float(per_image.mean()), per_image, time.perf_counter() - t0
 
 
-def sample_quality(setup, space, params, key, num, method, steps) -> dict:
-    """FID/KID of `num` samples (a collective: every process calls it) and the protocol."""
+def test_data(setup, n: int):
+    """(data [n, ...], labels [n] or None) of the first n images of the test split (-1: all): images, or a latent
+    model's latents; labels when the model is class-conditional."""
+    test = load_split(setup.config.data, "test")
+    n = len(test) if n == -1 else min(n, len(test))
+    if getattr(setup.model, "num_classes", 0):
+        return test.get_labelled(np.arange(n))
+    return test.get(np.arange(n)), None
+
+
+def sample_quality(setup, space, params, key, num, method, steps, guidance: float = 1.0) -> dict:
+    """FID/KID of `num` samples (a collective: every process calls it) and the protocol. A class-conditional
+    model draws balanced classes (sample i: class i mod K) with classifier-free guidance `guidance`."""
     c = setup.config
     t0 = time.perf_counter()
     B = c.eval.fid.batch_size  # samples per sampling call (memory): chunk i draws with fold_in(key, i)
     if num <= B:
-        samples = generate(setup, params, key, num, method, steps)
+        samples = generate(setup, params, key, num, method, steps, guidance)
     else:
         samples = np.concatenate(
             [
-                generate(setup, params, jax.random.fold_in(key, i), min(B, num - i * B), method, steps)
+                generate(setup, params, jax.random.fold_in(key, i), min(B, num - i * B), method, steps, guidance, i * B)
                 for i in range(-(-num // B))
             ]
         )
@@ -123,6 +165,7 @@ def sample_quality(setup, space, params, key, num, method, steps) -> dict:
         method=method,
         steps=setup.process.sampling_steps(method, steps),
         parameters="EMA",
+        **guidance_protocol(setup, guidance),
         feature_space=space.name,
         seconds=time.perf_counter() - t0,
         **space.protocol,
@@ -139,10 +182,9 @@ def evaluate(config, workdir: str) -> dict:
     step, state = restore_latest(setup, workdir)
     space = make_feature_space(c)  # before the long bound: a bad weights or statistics file stops here
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0xE7A1)
-    test = load_split(c.data, "test")
-    n = len(test) if c.eval.nll_images == -1 else min(c.eval.nll_images, len(test))
-    images = test.get(np.arange(n))
-    nll, per_image, seconds = bound_bpd(setup, state.ema_params, images, key)
+    images, labels = test_data(setup, c.eval.nll_images)
+    n = len(images)
+    nll, per_image, seconds = bound_bpd(setup, state.ema_params, images, key, labels=labels)
     record = dict(
         checkpoint_step=int(step),
         workdir=workdir,
@@ -157,6 +199,7 @@ def evaluate(config, workdir: str) -> dict:
                 parameters="EMA",
                 bound="sum_t L_t + L_T, fresh noise per t, clip_denoised, discretised decoder at t=0",
                 seconds=seconds,
+                **bound_space(setup),
             ),
         ),
     )
@@ -165,10 +208,18 @@ def evaluate(config, workdir: str) -> dict:
     else:
         f = c.eval.fid
         scores, _ = sample_quality(
-            setup, space, state.ema_params, jax.random.fold_in(key, 2), f.num_samples, f.method, f.ddim_steps
+            setup,
+            space,
+            state.ema_params,
+            jax.random.fold_in(key, 2),
+            f.num_samples,
+            f.method,
+            f.ddim_steps,
+            f.guidance_scale,
         )
-        m = min(len(test), f.num_samples)
-        real = space.score(images[:m] if m <= n else test.get(np.arange(m)), f.kid_subsets, f.kid_subset_size)
+        pixels = pixel_split(c.data, "test")
+        m = min(len(pixels), f.num_samples)
+        real = space.score(pixels.get(np.arange(m)), f.kid_subsets, f.kid_subset_size)
         scores["test_split"] = dict(
             real,
             images=m,
@@ -189,6 +240,7 @@ def evaluate(config, workdir: str) -> dict:
                 method=c.sample.method,
                 steps=setup.process.sampling_steps(c.sample.method, c.sample.ddim_steps),
                 parameters="EMA",
+                **guidance_protocol(setup, c.sample.guidance_scale),
             ),
         )
         path = os.path.join(out, f"step_{step:07d}.json")
@@ -208,9 +260,7 @@ class PeriodicEval:
     def __init__(self, setup):
         c = setup.config
         self.setup, self.p = setup, c.eval.periodic
-        test = load_split(c.data, "test")
-        n = len(test) if self.p.nll_images == -1 else min(self.p.nll_images, len(test))
-        self.images = test.get(np.arange(n))
+        self.images, self.labels = test_data(setup, self.p.nll_images)
         self.space = make_feature_space(c)
         self.key = jax.random.PRNGKey(self.KEY)
         self.prefix = "periodic/"
@@ -234,11 +284,18 @@ class PeriodicEval:
 
     def __call__(self, params) -> dict:
         p, t0 = self.p, time.perf_counter()
-        bpd, _, _ = bound_bpd(self.setup, params, self.images, self.key, num_t=p.nll_timesteps)
+        bpd, _, _ = bound_bpd(self.setup, params, self.images, self.key, num_t=p.nll_timesteps, labels=self.labels)
         out = {f"{self.prefix}bpd_T{p.nll_timesteps}": bpd}
         if self.space is not None:
             scores, _ = sample_quality(
-                self.setup, self.space, params, jax.random.fold_in(self.key, 1), p.num_samples, p.method, p.ddim_steps
+                self.setup,
+                self.space,
+                params,
+                jax.random.fold_in(self.key, 1),
+                p.num_samples,
+                p.method,
+                p.ddim_steps,
+                self.setup.config.eval.fid.guidance_scale,
             )
             out[f"{self.prefix}fid_N{p.num_samples}"] = scores["fid"]
             if "kid" in scores:

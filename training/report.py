@@ -5,7 +5,7 @@ import os
 
 import numpy as np
 
-from core.fields import Choice, Int, all_mutable
+from core.fields import Choice, Int, Num, all_mutable
 from diffusion.sampling import METHODS
 
 POLICY_DENSITY = "sampler/policy_density"
@@ -18,6 +18,8 @@ SAMPLE_FIELDS = all_mutable(
         num=Int(64, 1),
         method=Choice("ancestral", METHODS),  # ancestral (all T steps) | ddim
         ddim_steps=Int(100, 1, "T"),
+        # classifier-free guidance scale of a class-conditional model (1: conditional; 0: unconditional)
+        guidance_scale=Num(1.0, 0.0),
     )
 )
 

@@ -14,7 +14,7 @@
 
 from core.fields import ConfigError, Context, Int, flatten, to_config
 from core.registry import FLAT
-from data import DATASETS
+from data import DATASETS, dataset_classes
 from diffusion import PROCESSES
 from evaluation.config import EVAL_FIELDS
 from models import MODELS
@@ -112,6 +112,8 @@ def context(config, devices=None) -> Context:
             "B": (config.train.batch_size, "config.train.batch_size"),
             "image_size": (config.data.image_size, "config.data.image_size"),
             "channels": (config.data.channels, "config.data.channels"),
+            "data_name": (config.data.name, "config.data.name"),
+            "num_classes": (dataset_classes(config.data), "config.data.name"),
         }
     )
 

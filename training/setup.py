@@ -15,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from data import DATASETS, dataset_classes
 from diffusion import make_process
 from models import make_model
 from samplers import make_sampler
@@ -43,6 +44,7 @@ class Setup:
     state_shardings: Any
     batch_sharding: Any
     compiled: Dict[Any, Callable] = dataclasses.field(default_factory=dict)  # jitted helpers, built once each
+    _autoencoder: Any = False  # loaded when first used (False: not yet)
 
     def jit_step(self, fn):
         """jit a (state, batch) -> (state, metrics) function with the train step's shardings, state donated."""
@@ -72,6 +74,42 @@ class Setup:
     def batch_shape(self, batch: int):
         return image_shape(self.config.data, batch)
 
+    @property
+    def autoencoder(self):
+        """The first stage of a latent model (latent/), through which samples are decoded; None for pixels.
+        Loaded when first used (a compile-only run needs no weights)."""
+        if self._autoencoder is False:
+            self._autoencoder = make_first_stage(self.config)
+        return self._autoencoder
+
+    @property
+    def conditional(self) -> bool:
+        return bool(getattr(self.model, "num_classes", 0))
+
+    def abstract_batch(self, batch: int):
+        """The train step's batch as shapes (sharded): data [B, H, W, C] (uint8 images or float32 latents), with
+        int32 labels [B] as {"image", "label"} for a class-conditional model."""
+        dtype = getattr(DATASETS[self.config.data.name], "dtype", "uint8")
+        data = jax.ShapeDtypeStruct(self.batch_shape(batch), jnp.dtype(dtype), sharding=self.batch_sharding)
+        if not self.conditional:
+            return data
+        return dict(image=data, label=jax.ShapeDtypeStruct((batch,), jnp.int32, sharding=self.batch_sharding))
+
+    def example_batch(self, batch: int, seed: int = 0):
+        """A random batch of abstract_batch's structure, on the devices (benchmarks, tests)."""
+        rng = np.random.default_rng(seed)
+
+        def make(s):
+            if s.dtype == jnp.uint8:
+                a = rng.integers(0, 256, s.shape, dtype=np.uint8)
+            elif s.dtype == jnp.int32:
+                a = rng.integers(0, max(1, getattr(self.model, "num_classes", 1)), s.shape).astype(np.int32)
+            else:
+                a = rng.standard_normal(s.shape).astype(s.dtype)
+            return jax.device_put(a, self.batch_sharding)
+
+        return jax.tree.map(make, self.abstract_batch(batch))
+
 
 def build(config) -> Setup:
     """Validate the config and build everything that does not depend on the workdir. Compiles nothing yet."""
@@ -79,7 +117,7 @@ def build(config) -> Setup:
     c = config
     mesh = make_mesh(c.mesh)
     process = make_process(c.diffusion)
-    model = make_model(c.model)
+    model = make_model(c.model, num_classes=dataset_classes(c.data), out_channels=process.out_channels(c.data.channels))
     sampler = make_sampler(c.sampler, process, c.train.batch_size)
     weighting = make_weighting(c.weighting, process)
     tx = make_optimizer(c.train)
@@ -97,6 +135,17 @@ def build(config) -> Setup:
     return setup
 
 
+def make_first_stage(config):
+    """The autoencoder that decodes a latent dataset's samples (data/latents.py), or None for pixels."""
+    part = DATASETS[config.data.name]
+    if not hasattr(part, "autoencoder_path"):
+        return None
+    from latent import make_autoencoder
+    from latent.embedded import resolve
+
+    return make_autoencoder(resolve(part.autoencoder_path(config.data), config.eval.fid.classifier_cache))
+
+
 def initial_state(setup: Setup):
     c = setup.config
     shape = setup.batch_shape(c.train.batch_size)
@@ -111,10 +160,35 @@ def to_u8(x):
     return jnp.round((x + 1.0) * 127.5).clip(0, 255).astype(jnp.uint8)
 
 
-def sampling_fn(setup: Setup, method: str, steps: int, shape):
-    """fn(params, key) -> uint8 samples of `shape`, sharded over the data axis; jitted once per (method, steps,
-    shape)."""
+def guided_apply(apply, process, params, y, scale: float, num_classes: int):
+    """The network function (x, t) -> output that sampling uses. Unconditional model: apply. Class-conditional,
+    classifier-free guidance (Ho & Salimans 2022) with labels y: scale 1 is the conditional network alone (one
+    pass, exactly), scale 0 the unconditional one (the null class), otherwise one pass over [x; x] with
+    [y; null] and process.guide(out_cond, out_uncond, scale) = out_uncond + scale (out_cond - out_uncond) on the
+    mean part."""
+    if not num_classes:
+        return lambda x, t: apply(params, x, t)
+    if scale == 1.0:
+        return lambda x, t: apply(params, x, t, None, y)
+    null = jnp.full_like(y, num_classes)
+    if scale == 0.0:
+        return lambda x, t: apply(params, x, t, None, null)
+
+    def fn(x, t):
+        out = apply(params, jnp.concatenate([x, x]), jnp.concatenate([t, t]), None, jnp.concatenate([y, null]))
+        cond, uncond = jnp.split(out, 2)
+        return process.guide(cond, uncond, scale)
+
+    return fn
+
+
+def sampling_fn(setup: Setup, method: str, steps: int, shape, guidance: float = 1.0):
+    """fn(params, key, y) -> uint8 samples of `shape` (decoded through the autoencoder for a latent model),
+    sharded over the data axis; y: [N] labels for a class-conditional model, else None. Jitted once per (method,
+    steps, shape, guidance)."""
     steps = steps if method == "ddim" else 0
+    num_classes = getattr(setup.model, "num_classes", 0)
+    guidance = float(guidance) if num_classes else 1.0
 
     def make():
         apply = make_apply(setup.model)
@@ -122,26 +196,46 @@ def sampling_fn(setup: Setup, method: str, steps: int, shape):
         def constrain(x):
             return jax.lax.with_sharding_constraint(x, setup.batch_sharding)
 
-        def sample_u8(params, key):
+        def sample_u8(params, key, y):
             TRACES[("sample", method, steps, shape)] += 1
-            x = setup.process.sample(lambda x, t: apply(params, x, t), key, shape, method, steps, constrain=constrain)
+            fn = guided_apply(apply, setup.process, params, y, guidance, num_classes)
+            x = setup.process.sample(fn, key, shape, method, steps, constrain=constrain)
+            if setup.autoencoder is not None:
+                x = setup.autoencoder.decode(x)
             return to_u8(x)
 
         return jax.jit(sample_u8, out_shardings=setup.batch_sharding)
 
-    return setup.cached(("sample", method, steps, shape), make)
+    return setup.cached(("sample", method, steps, shape, guidance), make)
 
 
-def generate(setup: Setup, params, key, num: int, method: str = None, steps: int = None) -> np.ndarray:
-    """num samples from `params` as uint8 [num, H, W, C], on every process (a collective: all processes call it).
-    The batch is sharded over the data axis (num padded up to a multiple of its size). method/steps default to
-    config.sample.method / config.sample.ddim_steps."""
+def sample_labels(num_classes: int, num: int, offset: int = 0):
+    """The classes of `num` samples of a class-conditional model: sample i gets class (offset + i) mod K, so grids
+    show the classes in order and every FID set is balanced; None for an unconditional model."""
+    if not num_classes:
+        return None
+    return ((np.arange(num) + offset) % num_classes).astype(np.int32)
+
+
+def generate(
+    setup: Setup, params, key, num: int, method: str = None, steps: int = None, guidance: float = None, offset: int = 0
+) -> np.ndarray:
+    """num samples from `params` as uint8 [num, H, W, C] (pixels: a latent model's samples are decoded), on every
+    process (a collective: all processes call it). The batch is sharded over the data axis (num padded up to a
+    multiple of its size). method / steps / guidance default to config.sample.method / ddim_steps /
+    guidance_scale; a class-conditional model draws class (offset + i) mod K for sample i (sample_labels)."""
     from jax.experimental import multihost_utils
 
     c = setup.config
     method = method or c.sample.method
     steps = steps or c.sample.ddim_steps
+    guidance = c.sample.guidance_scale if guidance is None else guidance
     n_dev = setup.mesh.shape["data"]
-    shape = setup.batch_shape(-(-num // n_dev) * n_dev)
-    x = sampling_fn(setup, method, steps, shape)(params, key)
+    padded = -(-num // n_dev) * n_dev
+    shape = setup.batch_shape(padded)
+    y = sample_labels(getattr(setup.model, "num_classes", 0), padded, offset)
+    if y is not None:
+        P, p = jax.process_count(), jax.process_index()
+        y = jax.make_array_from_process_local_data(setup.batch_sharding, y[p * padded // P : (p + 1) * padded // P])
+    x = sampling_fn(setup, method, steps, shape, guidance)(params, key, y)
     return np.asarray(multihost_utils.process_allgather(x, tiled=True))[:num]

@@ -22,34 +22,55 @@ DIAGNOSTICS_FIELDS = all_mutable(
 
 
 def to_float(images_u8):
-    """uint8 [0, 255] -> float32 [-1, 1]."""
+    """uint8 [0, 255] -> float32 [-1, 1]; float data (pre-encoded latents) passes unchanged."""
+    if jnp.issubdtype(images_u8.dtype, jnp.floating):
+        return images_u8.astype(jnp.float32)
     return images_u8.astype(jnp.float32) / 127.5 - 1.0
 
 
+def split_batch(batch):
+    """(data [B, ...], labels [B] int32 or None) of a batch: an array, or {"image": ..., "label": ...}."""
+    if isinstance(batch, dict):
+        return batch["image"], batch["label"]
+    return batch, None
+
+
+def drop_labels(key, y, num_classes: int, rate: float):
+    """Classifier-free guidance's label dropout: each label replaced by the null class (num_classes) with
+    probability `rate`; None passes."""
+    if y is None or rate == 0:
+        return y
+    return jnp.where(jax.random.uniform(key, y.shape) < rate, num_classes, y)
+
+
 def make_apply(model):
-    def apply(params, x, t, dropout_key=None):
+    """apply(params, x, t, dropout_key=None, y=None): the network in eval mode, or in train mode with dropout."""
+
+    def apply(params, x, t, dropout_key=None, y=None):
         if dropout_key is None:
-            return model.apply(params, x, t, train=False)
-        return model.apply(params, x, t, train=True, rngs={"dropout": dropout_key})
+            return model.apply(params, x, t, y, train=False)
+        return model.apply(params, x, t, y, train=True, rngs={"dropout": dropout_key})
 
     return apply
 
 
 def make_rows_fn(model, process, num_shards: int = 1, constrain=rows.same):
-    """rows_fn(params, x0 [R,...], t [R], noise [R,...], *, dropout_key=None, kl_only=False, rows_per_device=0)
-    -> [R] bits/dim of independent rows, spread over `num_shards` devices (constrain(x, axis) shards x over the data
-    axis) in chunks of at most rows_per_device rows per device (training/rows.py); chunk i runs with dropout key
-    fold_in(dropout_key, i). The network runs in float32 whatever config.model.dtype says: the bound terms, and the
-    learned sampler's reward (a small difference of two such terms), would be biased by bfloat16 rounding. The
-    parameters are the same."""
+    """rows_fn(params, x0 [R,...], t [R], noise [R,...], *, y=None, dropout_key=None, kl_only=False,
+    rows_per_device=0) -> [R] bits/dim of independent rows (y [R]: their labels for a class-conditional model),
+    spread over `num_shards` devices (constrain(x, axis) shards x over the data axis) in chunks of at most
+    rows_per_device rows per device (training/rows.py); chunk i runs with dropout key fold_in(dropout_key, i). The
+    network runs in float32 whatever config.model.dtype says: the bound terms, and the learned sampler's reward (a
+    small difference of two such terms), would be biased by bfloat16 rounding. The parameters are the same."""
     apply = make_apply(model.clone(dtype=jnp.float32))
 
-    def rows_fn(params, x0, t, noise, *, dropout_key=None, kl_only=False, rows_per_device=0):
+    def rows_fn(params, x0, t, noise, *, y=None, dropout_key=None, kl_only=False, rows_per_device=0):
         def chunk_terms(chunk, index):
             key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
-            return process.row_terms(lambda x, tt: apply(params, x, tt, key), *chunk, kl_only=kl_only)
+            yc = chunk[3] if len(chunk) > 3 else None
+            return process.row_terms(lambda x, tt: apply(params, x, tt, key, yc), *chunk[:3], kl_only=kl_only)
 
-        return rows.map_rows(chunk_terms, (x0, t, noise), num_shards, rows_per_device, constrain)
+        data = (x0, t, noise) if y is None else (x0, t, noise, y)
+        return rows.map_rows(chunk_terms, data, num_shards, rows_per_device, constrain)
 
     return rows_fn
 
@@ -67,27 +88,35 @@ def make_train_step(
     rows_fn = make_rows_fn(model, process, num_shards, constrain)
     lr_at = lr_schedule(config.train)
 
-    def example_mse(params, x0, t, noise, dropout_key):
-        """Per-example MSE of the model's target: [B]."""
-        return process.example_mse(lambda xt, tt: apply(params, xt, tt, dropout_key), x0, t, noise)
+    num_classes = getattr(model, "num_classes", 0)
+    label_rate = config.model.label_dropout if num_classes else 0.0
 
-    def example_loss_fn(params, x0, t, noise, dropout_key):
-        """Each example's objective before any importance weight, w(t) * MSE: [B]."""
-        return weighting(t) * example_mse(params, x0, t, noise, dropout_key)
+    def example_losses(params, x0, t, noise, dropout_key, y=None):
+        """Per-example MSE of the model's target and the process's extra term (the learned variance's
+        lambda * L_vlb with the mean frozen; 0 for fixed variances): ([B], [B])."""
+        return process.example_losses(lambda xt, tt: apply(params, xt, tt, dropout_key, y), x0, t, noise)
 
-    def train_step(state: TrainState, images_u8):
-        x0 = to_float(images_u8)
+    def example_loss_fn(params, x0, t, noise, dropout_key, y=None):
+        """Each example's objective before any importance weight, w(t) * MSE + extra: [B]."""
+        mse, extra = example_losses(params, x0, t, noise, dropout_key, y)
+        return weighting(t) * mse + extra
+
+    def train_step(state: TrainState, batch):
+        data, labels = split_batch(batch)
+        x0 = to_float(data)
         key = jax.random.fold_in(state.rng, state.step)
         k_t, k_noise, k_drop, k_sampler = jax.random.split(key, 4)
         t, w_sampler, aux = sampler.sample(state.sampler_state, k_t, x0)
         w_t = weighting(t)
         noise = jax.random.normal(k_noise, x0.shape, jnp.float32)
+        # label dropout from its own stream (fold_in), so that unconditional runs keep their random numbers
+        y = drop_labels(jax.random.fold_in(key, 0xC1A55), labels, num_classes, label_rate) if num_classes else None
 
         def loss_fn(params):
-            mse = example_mse(params, x0, t, noise, k_drop)
-            return jnp.mean(w_sampler * w_t * mse), mse
+            mse, extra = example_losses(params, x0, t, noise, k_drop, y)
+            return jnp.mean(w_sampler * (w_t * mse + extra)), (mse, extra)
 
-        (loss, mse), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        (loss, (mse, extra)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         ema = jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, state.ema_params, params)
@@ -96,9 +125,10 @@ def make_train_step(
             step=state.step,
             key=k_sampler,
             x0=x0,
+            y=labels if num_classes else None,
             t=t,
             aux=aux,
-            losses=w_t * mse,
+            losses=w_t * mse + extra,
             params_before=state.params,
             params_after=params,
             rows_fn=rows_fn,

@@ -183,6 +183,7 @@ class Loop:
             self.setup.batch_sharding,
             start_step=start,
             random_flip=c.data.random_flip,
+            labels=self.setup.conditional,
         )
         self.writer = report.MetricWriter(self.workdir, enabled=self.is_main)
         from tqdm import tqdm

@@ -60,6 +60,25 @@ def check_values(config):
         field.check(path, get(config, path), ctx)
     schema.check_parts(config)
     check_eval(config)
+    check_guidance(config)
+
+
+def check_guidance(config):
+    """A guidance scale other than 1 needs a class-conditional model whose null class is trained."""
+    for path in ("sample.guidance_scale", "eval.fid.guidance_scale"):
+        scale = get(config, path)
+        if scale == 1.0:
+            continue
+        if not config.model.class_cond:
+            raise ConfigError(
+                f"config.{path}={scale!r} is not allowed: classifier-free guidance needs a class-conditional model "
+                "(config.model.class_cond=True); an unconditional model samples with scale 1"
+            )
+        if config.model.label_dropout == 0:
+            raise ConfigError(
+                f"config.{path}={scale!r} is not allowed: the null class is never trained with "
+                "config.model.label_dropout=0; use a rate > 0 (DiT: 0.1) or scale 1"
+            )
 
 
 def validate(config):

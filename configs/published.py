@@ -1,0 +1,30 @@
+"""What the configs of published runs share: a variant argument "METHOD" mapped to (sampler, weighting), and the
+latents a run reads (config.data.name = latents; the folder written by `python -m data.encode_latents`)."""
+
+from training.schema import default_config
+
+METHODS = {
+    "uniform": ("uniform", "none"),
+    "speed": ("speed", "speed"),
+    "min_snr": ("uniform", "min_snr"),
+    "adaptive": ("adaptive", "none"),
+    "adaptive+min_snr": ("adaptive", "min_snr"),
+}
+
+
+def parse_method(config_file: str, variant: str, allowed, default: str) -> tuple:
+    method = (variant or default).strip()
+    if method not in allowed:
+        raise ValueError(
+            f"configs/{config_file}:{variant!r} is not a variant: use one of {', '.join(allowed)} (default {default})"
+        )
+    return METHODS[method]
+
+
+def latent_config(model: str, method: tuple, latent_shape, path: str = "latents"):
+    """A config on pre-encoded latents of shape (h, w, c) with `model` and (sampler, weighting) = method."""
+    sampler, weighting = method
+    c = default_config(data="latents", model=model, diffusion="ddpm", sampler=sampler, weighting=weighting)
+    c.data.path = path
+    c.data.image_size, c.data.channels = latent_shape[0], latent_shape[2]
+    return c

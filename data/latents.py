@@ -1,0 +1,142 @@
+"""Pre-encoded latents of an image dataset (latent diffusion): `config.data.name = "latents"`,
+`config.data.path` = the folder that `python -m data.encode_latents` wrote.
+
+The folder holds, per split, `<split>.npy` (float32 latents [N, h, w, c], already multiplied by the autoencoder's
+scaling factor), `<split>_labels.npy` (int32, for a labelled dataset), for a dataset trained with flips
+`<split>_flipped.npy` (the latents of the mirrored images; a latent's mirror is not the mirrored image's latent), and
+`meta.json` (the source dataset's config, the autoencoder, the latent shape, the class count). Arrays are read with
+numpy memory maps: each process reads only the rows of its own slice of every batch.
+
+Training draws `data.random_flip` per image as for pixels (data/pipeline.py: a pure function of seed, step and
+position) and takes the flipped copy's latent. Samples, grids and FID decode through the autoencoder
+(`data.autoencoder`, default: the one meta.json names); the bound is in latent space and labelled so.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from core.fields import FieldError, Path
+from data.base import DATASETS, Dataset, flip_fields
+
+META = "meta.json"
+
+
+def read_meta(path: str) -> dict:
+    """meta.json of a latents folder; FieldError naming data.path when it is missing or incomplete."""
+    file = os.path.join(path, META)
+    if not path or not os.path.isfile(file):
+        raise FieldError(
+            "path",
+            path,
+            "a folder written by `python -m data.encode_latents --config=... --output=FOLDER` (no meta.json there)",
+        )
+    with open(file) as f:
+        meta = json.load(f)
+    unfinished = [s for s, info in meta["splits"].items() if not info.get("complete")]
+    if unfinished:
+        raise FieldError(
+            "path", path, f"split(s) {unfinished} not completely encoded: run the same encode_latents command again"
+        )
+    return meta
+
+
+class LatentSource:
+    """Random access to one split's latents (memory-mapped), their flipped copies and labels."""
+
+    flips_itself = True
+
+    def __init__(self, path: str, split: str):
+        self.x = np.load(os.path.join(path, f"{split}.npy"), mmap_mode="r")
+        flipped = os.path.join(path, f"{split}_flipped.npy")
+        self.x_flipped = np.load(flipped, mmap_mode="r") if os.path.isfile(flipped) else None
+        labels = os.path.join(path, f"{split}_labels.npy")
+        self.y = np.load(labels) if os.path.isfile(labels) else None
+
+    def __len__(self):
+        return len(self.x)
+
+    def get(self, indices, flip=None):
+        idx = np.asarray(indices)
+        out = np.asarray(self.x[np.sort(idx)])[np.argsort(np.argsort(idx))]  # sorted reads of the memory map
+        if flip is not None and np.any(flip):
+            if self.x_flipped is None:
+                raise ValueError("these latents were encoded without flipped copies: set config.data.random_flip=False")
+            f = idx[flip]
+            out[flip] = np.asarray(self.x_flipped[np.sort(f)])[np.argsort(np.argsort(f))]
+        return out
+
+    def labels(self, indices):
+        return self.y[np.asarray(indices)].astype(np.int32)
+
+    def get_labelled(self, indices):
+        return self.get(indices), self.labels(indices)
+
+
+@DATASETS.register
+class Latents(Dataset):
+    """Latents written by data/encode_latents.py (image_size / channels: the latents', checked)."""
+
+    name = "latents"
+    dtype = "float32"
+    FIELDS = dict(
+        path=Path("", mutable=True),  # the folder written by python -m data.encode_latents
+        # the diffusers autoencoder that decodes samples ("": the one meta.json names; "embedded:mnist" the project's)
+        autoencoder=Path("", mutable=True),
+        **flip_fields(False),
+    )
+    COMMON_DEFAULTS = {}
+
+    @classmethod
+    def check(cls, cfg, ctx):
+        meta = read_meta(cfg.path)
+        h, w, c = meta["latent_shape"]
+        if cfg.image_size != h or cfg.channels != c:
+            raise FieldError(
+                "image_size" if cfg.image_size != h else "channels",
+                cfg.image_size if cfg.image_size != h else cfg.channels,
+                f"the latents in {cfg.path} are {h}x{w}x{c}: set config.data.image_size={h} config.data.channels={c}",
+            )
+        ae = cfg.autoencoder or meta["autoencoder"]
+        if not ae.startswith("embedded:") and not os.path.exists(os.path.expanduser(ae)):
+            raise FieldError(
+                "autoencoder",
+                cfg.autoencoder,
+                f"the autoencoder that decodes samples ({ae!r}, from "
+                f"{'this field' if cfg.autoencoder else 'meta.json'}) does not exist here: set config.data.autoencoder "
+                "to its diffusers folder",
+            )
+        if cfg.random_flip and not meta.get("flipped"):
+            raise FieldError("random_flip", True, f"the latents in {cfg.path} were encoded without flipped copies")
+
+    @classmethod
+    def classes(cls, cfg) -> int:
+        if not os.path.isfile(os.path.join(cfg.path, META)):
+            return 0  # check() reports the missing folder
+        return int(read_meta(cfg.path).get("num_classes", 0))
+
+    @classmethod
+    def source_name(cls, cfg) -> str:
+        return read_meta(cfg.path)["source"]["name"]
+
+    @classmethod
+    def describe(cls):
+        return "latents"
+
+    @classmethod
+    def load(cls, cfg, split):
+        read_meta(cfg.path)
+        return LatentSource(cfg.path, split)
+
+    @classmethod
+    def pixels(cls, cfg, split):
+        from ml_collections import ConfigDict
+
+        from data.base import load_split
+
+        return load_split(ConfigDict(read_meta(cfg.path)["source"]), split)
+
+    @classmethod
+    def autoencoder_path(cls, cfg) -> str:
+        return cfg.autoencoder or read_meta(cfg.path)["autoencoder"]

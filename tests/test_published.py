@@ -1,0 +1,60 @@
+"""The configs of the published runs (issue 14, part 6): each builds, has the published model's exact parameter
+count (from shapes alone), and its train step compiles for 8 devices with XLA's memory and FLOP report; nothing is
+trained and no data is read (a latents folder with only its meta.json stands in for the encoded dataset)."""
+
+import json
+import os
+
+import jax
+import pytest
+
+from configs import celebahq_ldm, ffhq_dit, imagenet256_uvit
+from training import aot
+from training.setup import build
+
+FIXTURE_AE = os.path.join(os.path.dirname(__file__), "fixtures", "autoencoder_kl_tiny")
+
+# (config module, variant, latent shape, classes, exact trainable parameters and where they come from)
+PUBLISHED = [
+    # CompVis/latent-diffusion's CelebA-HQ UNet (openaimodel, model_channels 224), counted from its own code
+    (celebahq_ldm, "adaptive", (64, 64, 3), 0, 274_056_163),
+    # baofff/U-ViT's U-ViT-L/2 on ImageNet-256 latents with 1001 label rows (libs/uvit.py, paper: 287M)
+    (imagenet256_uvit, "adaptive+min_snr", (32, 32, 4), 1000, 286_763_172),
+    # DiT-XL/2 (674,834,720 trainable with 1000 classes) without its 1001 x 1152 label table: unconditional FFHQ
+    (ffhq_dit, "speed", (32, 32, 4), 0, 674_834_720 - 1001 * 1152),
+]
+
+
+def fake_latents(path, shape, classes):
+    path.mkdir(parents=True, exist_ok=True)
+    splits = {s: dict(rows=1, done=1, complete=True) for s in ("train", "test")}
+    meta = dict(source=dict(name="folder"), autoencoder="", latent_shape=list(shape), num_classes=classes)
+    (path / "meta.json").write_text(
+        json.dumps(dict(meta, kind="kl", scaling_factor=0.18215, flipped=True, splits=splits))
+    )
+    return str(path)
+
+
+@pytest.mark.parametrize(
+    "module, variant, shape, classes, params", PUBLISHED, ids=lambda v: getattr(v, "__name__", None)
+)
+def test_published_config_has_the_published_model_and_its_step_compiles(
+    tmp_path, module, variant, shape, classes, params
+):
+    c = module.get_config(variant)
+    c.data.path = fake_latents(tmp_path / "latents", shape, classes)
+    c.data.autoencoder = FIXTURE_AE  # a stand-in: checked to exist, loaded only to decode samples
+    setup = build(c)
+    assert sum(x.size for x in jax.tree.leaves(setup.abstract_state.params)) == params
+    assert setup.conditional == bool(classes)
+    compiled, seconds = aot.compile_step(setup, 1)  # the program of the steps without the sampler's update
+    report = aot.step_report(setup, compiled, seconds)
+    assert report["devices"] == 8 and report["params"] == params
+    assert report["flops"] > 1e12 and report["argument_bytes"] > 4 * params // 8  # the state, sharded or not
+
+
+@pytest.mark.parametrize("module", [celebahq_ldm, imagenet256_uvit, ffhq_dit])
+def test_a_published_config_refuses_an_unknown_variant_in_one_line(module):
+    with pytest.raises(ValueError) as e:
+        module.get_config("nonsense")
+    assert "is not a variant: use one of" in str(e.value) and "\n" not in str(e.value)
