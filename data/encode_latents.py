@@ -3,6 +3,11 @@
     python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist --output=latents/mnist
     python -m data.encode_latents --dataset=celeb_a_hq --data_dir=~/tensorflow_datasets \
         --autoencoder=/weights/ldm-celebahq-256/vqvae --output=latents/celebahq
+    python -m data.encode_latents --dataset=folder --set=train_dir=/data/imagenet/train --set=class_folders=True \
+        --set=num_classes=1000 --autoencoder=/weights/sd-vae-ft-ema --flip=yes --output=latents/imagenet256
+
+`--set=FIELD=VALUE` sets a field of the dataset's config (config.data.FIELD: train_dir, image_size, ...). A split
+the dataset does not have (tensorflow-datasets' celeb_a_hq has only "train") is skipped and recorded as absent.
 
 Every split of the dataset is encoded in batches of --batch_size images, sharded over the local devices (the batch
 padded to a multiple of their count). A KL autoencoder's latent is its posterior MEAN (deterministic; not a sample),
@@ -21,7 +26,7 @@ import sys
 import numpy as np
 from absl import app, flags
 
-from data.base import DATASETS, load_split
+from data.base import DATASETS, dataset_classes, load_split
 from data.latents import META
 
 FLAGS = flags.FLAGS
@@ -37,6 +42,7 @@ def _define_flags():
     flags.DEFINE_enum("flip", "auto", ["auto", "yes", "no"], "encode mirrored copies (auto: the dataset's default)")
     flags.DEFINE_integer("batch_size", 256, "images per encoding call")
     flags.DEFINE_string("cache", "", "folder of the embedded autoencoder's cache (default ~/.cache/adaptive-timesteps)")
+    flags.DEFINE_multi_string("set", [], "FIELD=VALUE: a field of the dataset's config (python literal or string)")
 
 
 def encode_dataset(
@@ -48,6 +54,7 @@ def encode_dataset(
     batch_size: int = 256,
     cache: str = "",
     progress: bool = True,
+    fields: dict | None = None,
 ) -> dict:
     """Encode every split of `dataset` into `output` (resuming a partial run); returns meta.json's content."""
     import jax
@@ -61,9 +68,17 @@ def encode_dataset(
     data_cfg = DATASETS.default_config(dataset)
     data_cfg.name = dataset
     data_cfg.data_dir = data_dir
+    for k, v in (fields or {}).items():
+        if k not in data_cfg or k == "name":
+            allowed = ", ".join(sorted(set(data_cfg) - {"name"}))
+            raise SystemExit(f"error: --set={k}=... is not a field of dataset {dataset!r}: allowed: {allowed}")
+        data_cfg[k] = v
+    try:
+        DATASETS.check(data_cfg, schema_context(data_cfg))
+    except Exception as e:  # one line, as validation gives it
+        raise SystemExit(f"error: {e}") from None
     flipped = {"auto": bool(data_cfg.random_flip), "yes": True, "no": False}[flip]
     ae = make_autoencoder(resolve(autoencoder, cache))
-    part = DATASETS[dataset]
     h, w, c = data_cfg.image_size, data_cfg.image_size, data_cfg.channels
     latent_shape = list(ae.latent_shape((h, w, c)))
     want = dict(
@@ -73,7 +88,7 @@ def encode_dataset(
         scaling_factor=ae.scaling_factor,
         latent="posterior mean" if ae.kind == "kl" else "pre-quantisation h",
         latent_shape=latent_shape,
-        num_classes=int(getattr(part, "num_classes", 0)),
+        num_classes=int(dataset_classes(data_cfg)),
         flipped=flipped,
     )
     os.makedirs(output, exist_ok=True)
@@ -103,7 +118,15 @@ def encode_dataset(
     B = -(-batch_size // len(devices)) * len(devices)
     encode = jax.jit(lambda p, x: ae.encode_fn(p, x.astype(jnp.float32) / 127.5 - 1.0, None), out_shardings=sharding)
     for split in ("train", "test"):
-        source = load_split(data_cfg, split)
+        try:
+            source = load_split(data_cfg, split)
+        except Exception as e:  # a split the dataset does not have
+            if split == "train":
+                raise
+            print(f"encode_latents: no {split!r} split ({type(e).__name__}: {e}); skipped", file=sys.stderr)
+            meta["splits"].pop(split, None)
+            write_meta()
+            continue
         n = len(source)
         info = meta["splits"].setdefault(split, dict(rows=n, done=0, complete=False))
         files = {"": False, "_flipped": True} if flipped else {"": False}
@@ -112,13 +135,19 @@ def encode_dataset(
             file = os.path.join(output, f"{split}{suffix}.npy")
             mode = "r+" if os.path.isfile(file) and info["done"] > 0 else "w+"
             arrays[suffix] = np.lib.format.open_memmap(file, mode=mode, dtype=np.float32, shape=(n, *latent_shape))
-        if want["num_classes"] and not os.path.isfile(os.path.join(output, f"{split}_labels.npy")):
-            _, labels = source.get_labelled(np.arange(n))
-            np.save(os.path.join(output, f"{split}_labels.npy"), labels.astype(np.int32))
+        labels = None
+        if want["num_classes"]:
+            file = os.path.join(output, f"{split}_labels.npy")
+            mode = "r+" if os.path.isfile(file) and info["done"] > 0 else "w+"
+            labels = np.lib.format.open_memmap(file, mode=mode, dtype=np.int32, shape=(n,))
         bar = tqdm(total=n, initial=info["done"], desc=f"encode {split}", disable=not progress, dynamic_ncols=True)
         for start in range(info["done"], n, B):
             idx = np.arange(start, min(start + B, n))
-            images = source.get(idx)
+            if labels is not None:  # one read of the records for images and labels
+                images, labels[idx] = source.get_labelled(idx)
+                labels.flush()
+            else:
+                images = source.get(idx)
             for suffix, mirror in files.items():
                 x = images[:, :, ::-1] if mirror else images
                 x = np.concatenate([x, np.repeat(x[:1], B - len(x), axis=0)]) if len(x) < B else x
@@ -134,12 +163,39 @@ def encode_dataset(
     return meta
 
 
+def parse_value(kv: str):
+    """'k=v' -> (k, v as a python literal, else the string)."""
+    import ast
+
+    if "=" not in kv:
+        raise SystemExit(f"error: --set={kv} is not FIELD=VALUE")
+    k, v = kv.split("=", 1)
+    try:
+        return k, ast.literal_eval(v)
+    except (ValueError, SyntaxError):
+        return k, v
+
+
+def schema_context(data_cfg):
+    from core.fields import Context
+
+    n = dataset_classes(data_cfg)
+    return Context({"image_size": (data_cfg.image_size, "--set=image_size"), "num_classes": (n, "--dataset")})
+
+
 def main(argv):
     del argv
     if not FLAGS.output:
         raise SystemExit("error: --output is required: the folder to write the latents into")
     meta = encode_dataset(
-        FLAGS.dataset, FLAGS.autoencoder, FLAGS.output, FLAGS.data_dir, FLAGS.flip, FLAGS.batch_size, FLAGS.cache
+        FLAGS.dataset,
+        FLAGS.autoencoder,
+        FLAGS.output,
+        FLAGS.data_dir,
+        FLAGS.flip,
+        FLAGS.batch_size,
+        FLAGS.cache,
+        fields=dict(parse_value(kv) for kv in FLAGS.set),
     )
     h, w, c = meta["latent_shape"]
     rows = ", ".join(f"{s} {i['rows']}" for s, i in meta["splits"].items())

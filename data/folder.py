@@ -94,6 +94,8 @@ class Folder(Dataset):
 
     @classmethod
     def check(cls, cfg, ctx):
+        if cfg.channels not in (1, 3):
+            raise FieldError("channels", cfg.channels, "images are read as 1 (L) or 3 (RGB) channels")
         if cfg.class_folders and cfg.num_classes < 1:
             raise FieldError("num_classes", cfg.num_classes, "must be the number of class folders (class_folders=True)")
 

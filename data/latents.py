@@ -18,7 +18,7 @@ import os
 import numpy as np
 
 from core.fields import FieldError, Path
-from data.base import DATASETS, Dataset, flip_fields
+from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields
 
 META = "meta.json"
 
@@ -98,23 +98,39 @@ class Latents(Dataset):
                 cfg.image_size if cfg.image_size != h else cfg.channels,
                 f"the latents in {cfg.path} are {h}x{w}x{c}: set config.data.image_size={h} config.data.channels={c}",
             )
-        ae = cfg.autoencoder or meta["autoencoder"]
-        if not ae.startswith("embedded:") and not os.path.exists(os.path.expanduser(ae)):
-            raise FieldError(
-                "autoencoder",
-                cfg.autoencoder,
-                f"the autoencoder that decodes samples ({ae!r}, from "
-                f"{'this field' if cfg.autoencoder else 'meta.json'}) does not exist here: set config.data.autoencoder "
-                "to its diffusers folder",
+        ae = cls.autoencoder_path(cfg)
+        where = "this field" if cfg.autoencoder else "meta.json"
+        if not ae.startswith("embedded:"):
+            config_file = (
+                ae
+                if ae.endswith(".json")
+                else os.path.join(ae if os.path.isdir(ae) else os.path.dirname(ae), "config.json")
             )
+            if not os.path.isfile(config_file):
+                raise FieldError(
+                    "autoencoder",
+                    cfg.autoencoder,
+                    f"the autoencoder that decodes samples ({ae!r}, from {where}) is not a diffusers model here "
+                    "(no config.json): set config.data.autoencoder to its folder",
+                )
+            with open(config_file) as f:
+                channels = json.load(f).get("latent_channels")
+            if channels is not None and channels != meta["latent_shape"][2] and meta.get("kind") == "kl":
+                raise FieldError(
+                    "autoencoder",
+                    cfg.autoencoder,
+                    f"{ae!r} has {channels} latent channels; the latents were encoded with "
+                    f"{meta['latent_shape'][2]} (by {meta['autoencoder']!r})",
+                )
         if cfg.random_flip and not meta.get("flipped"):
             raise FieldError("random_flip", True, f"the latents in {cfg.path} were encoded without flipped copies")
 
     @classmethod
     def classes(cls, cfg) -> int:
-        if not os.path.isfile(os.path.join(cfg.path, META)):
-            return 0  # check() reports the missing folder
-        return int(read_meta(cfg.path).get("num_classes", 0))
+        try:
+            return int(read_meta(cfg.path).get("num_classes", 0))
+        except FieldError:
+            return 0  # check() reports the problem with data.path
 
     @classmethod
     def source_name(cls, cfg) -> str:
@@ -126,7 +142,11 @@ class Latents(Dataset):
 
     @classmethod
     def load(cls, cfg, split):
-        read_meta(cfg.path)
+        if split not in read_meta(cfg.path)["splits"]:
+            raise DatasetNotFound(
+                f"config.data.path={cfg.path!r} has no {split!r} split: its dataset has none "
+                "(encode_latents skipped it)"
+            )
         return LatentSource(cfg.path, split)
 
     @classmethod
@@ -139,4 +159,4 @@ class Latents(Dataset):
 
     @classmethod
     def autoencoder_path(cls, cfg) -> str:
-        return cfg.autoencoder or read_meta(cfg.path)["autoencoder"]
+        return os.path.expanduser(cfg.autoencoder or read_meta(cfg.path)["autoencoder"])

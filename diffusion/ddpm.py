@@ -310,12 +310,15 @@ class DDPM:
             guided = jnp.concatenate([guided, out_cond[..., c:]], axis=-1)
         return guided
 
-    def sample(self, apply_fn, key, shape, method: str = "ancestral", steps: int = 0, constrain=sampling.same):
-        """Samples in [-1, 1] of `shape` from the reverse process: "ancestral" (all T steps) or "ddim" (`steps`)."""
+    def sample(
+        self, apply_fn, key, shape, method: str = "ancestral", steps: int = 0, constrain=sampling.same, clip=True
+    ):
+        """Samples in [-1, 1] of `shape` from the reverse process: "ancestral" (all T steps) or "ddim" (`steps`);
+        clip=False for data that is not bounded (latents): no clipping of x0-predictions or of the result."""
         if method == "ddim":
-            return sampling.ddim(apply_fn, self, key, shape, steps, constrain=constrain)
+            return sampling.ddim(apply_fn, self, key, shape, steps, constrain=constrain, clip=clip)
         if method == "ancestral":
-            return sampling.ancestral(apply_fn, self, key, shape, constrain=constrain)
+            return sampling.ancestral(apply_fn, self, key, shape, constrain=constrain, clip=clip)
         raise ValueError(f"sampling method {method!r} is not one of {', '.join(sampling.METHODS)}")
 
     def sampling_steps(self, method: str, steps: int) -> int:

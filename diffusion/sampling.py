@@ -19,30 +19,31 @@ def same(x):
     return x
 
 
-def ancestral(apply_fn, process, key, shape, constrain=same):
-    """Run all T reverse steps from x_{T-1} ~ N(0, I). Returns x0 in [-1, 1]. `constrain` (e.g. a sharding
-    constraint over the batch) is applied to every array of the sample's shape."""
+def ancestral(apply_fn, process, key, shape, constrain=same, clip: bool = True):
+    """Run all T reverse steps from x_{T-1} ~ N(0, I). Returns x0 in [-1, 1] (clip=False: unclipped, for latents,
+    whose values are not bounded; DiT and the LDM sample latents with clip_denoised=False). `constrain` (e.g. a
+    sharding constraint over the batch) is applied to every array of the sample's shape."""
     key, k0 = jax.random.split(key)
     x = constrain(jax.random.normal(k0, shape))
     T = process.num_timesteps
 
     def body(x, i):
         t = jnp.full(shape[:1], T - 1 - i, jnp.int32)
-        mean, logvar, _ = process.p_mean_variance(x, t, apply_fn(x, t), clip_denoised=True)
+        mean, logvar, _ = process.p_mean_variance(x, t, apply_fn(x, t), clip_denoised=clip)
         z = constrain(jax.random.normal(jax.random.fold_in(key, i), shape))
         nonzero = (t > 0).astype(x.dtype).reshape(-1, *([1] * (x.ndim - 1)))
         return constrain(mean + nonzero * jnp.exp(0.5 * logvar) * z), None
 
     x, _ = jax.lax.scan(body, x, jnp.arange(T))
-    return jnp.clip(x, -1.0, 1.0)
+    return jnp.clip(x, -1.0, 1.0) if clip else x
 
 
 def ddim_timesteps(num_timesteps: int, num_steps: int) -> np.ndarray:
     return np.unique(np.linspace(0, num_timesteps - 1, num_steps).round().astype(np.int32))
 
 
-def ddim(apply_fn, process, key, shape, num_steps: int, eta: float = 0.0, constrain=same):
-    """DDIM (Song et al. 2021) over `num_steps` evenly spaced timesteps."""
+def ddim(apply_fn, process, key, shape, num_steps: int, eta: float = 0.0, constrain=same, clip: bool = True):
+    """DDIM (Song et al. 2021) over `num_steps` evenly spaced timesteps (clip: as ancestral)."""
     T, alphas_cumprod = process.num_timesteps, process.schedule.alphas_cumprod
     ts = ddim_timesteps(T, num_steps)[::-1]
     prev = np.append(ts[1:], T)  # index T holds alpha_bar = 1
@@ -53,7 +54,8 @@ def ddim(apply_fn, process, key, shape, num_steps: int, eta: float = 0.0, constr
     def body(x, inp):
         i, t_i, p_i = inp
         t = jnp.full(shape[:1], t_i, jnp.int32)
-        x0_hat = jnp.clip(process.predict_x0(x, t, apply_fn(x, t)), -1.0, 1.0)
+        x0_hat = process.predict_x0(x, t, apply_fn(x, t))
+        x0_hat = jnp.clip(x0_hat, -1.0, 1.0) if clip else x0_hat
         eps = process.predict_eps(x, t, x0_hat)
         ab, ab_prev = ab_all[t_i], ab_all[p_i]
         sigma = eta * jnp.sqrt((1 - ab_prev) / (1 - ab) * (1 - ab / ab_prev))
@@ -62,4 +64,4 @@ def ddim(apply_fn, process, key, shape, num_steps: int, eta: float = 0.0, constr
         return constrain(x), None
 
     x, _ = jax.lax.scan(body, x, (jnp.arange(len(ts)), jnp.asarray(ts), jnp.asarray(prev)))
-    return jnp.clip(x, -1.0, 1.0)
+    return jnp.clip(x, -1.0, 1.0) if clip else x

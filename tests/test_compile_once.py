@@ -45,6 +45,7 @@ def test_periodic_evaluations_trace_sampling_and_bound_once(tmp_path):
     sample = {k: v for k, v in traces.items() if k[0] == "sample"}
     assert list(bound.values()) == [1], traces  # one batch shape, one trace for three evaluations
     # the periodic FID samples (DDIM-3, 16) and the final grid (DDIM-5, 8 = 4 padded to the 8 devices): once each
-    assert sorted(sample) == [("sample", "ddim", 3, (16, 8, 8, 1)), ("sample", "ddim", 5, (8, 8, 8, 1))], traces
+    want = [("sample", "ddim", 3, (16, 8, 8, 1), 1.0), ("sample", "ddim", 5, (8, 8, 8, 1), 1.0)]
+    assert sorted(sample) == want, traces
     assert set(sample.values()) == {1}, traces
     assert traced == ["step"]

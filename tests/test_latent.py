@@ -22,6 +22,18 @@ from latent import embedded, make_autoencoder
 TINY_AE = dict(embedded.RECIPE, block_out_channels=(8, 8, 8), norm_num_groups=4, steps=20, batch=16)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_persistent_compilation_cache():
+    """This module's programs run without the persistent compilation cache that conftest.py turns on: with it, an
+    executable read back from the cache aborted the process (SIGABRT, no message) in the latent training run when
+    another test module had been collected first (jax 0.10.2, CPU, xla_backend_optimization_level=0); without the
+    cache the same run passes. Users' runs do not use the persistent cache unless they turn it on."""
+    before = jax.config.jax_enable_compilation_cache
+    jax.config.update("jax_enable_compilation_cache", False)
+    yield
+    jax.config.update("jax_enable_compilation_cache", before)
+
+
 @pytest.fixture(scope="module")
 def encoded(tmp_path_factory):
     root = tmp_path_factory.mktemp("latent")

@@ -66,7 +66,7 @@ def bound_space(setup) -> dict:
     out = {}
     if getattr(setup.model, "num_classes", 0):
         out["conditional"] = "on the true class of each test image"
-    if setup.autoencoder is not None:
+    if setup.latent:
         out["space"] = (
             f"LATENT: bits per latent dimension of the {c.data.image_size}x{c.data.image_size}x{c.data.channels} "
             "latents (data scaled by the autoencoder's factor; the decoder at t=0 treats them as 8-bit), "
@@ -83,6 +83,7 @@ def bound_fn(setup, num_t: int = 0):
     def make():
         apply = make_apply(setup.model.clone(dtype=jnp.float32))
         process = setup.process
+        clip = not setup.latent  # latents are not bounded: no clipping of x0-predictions
 
         def batch_nll(params, x_u8, key, y=None):
             TRACES[("bound", num_t, x_u8.shape)] += 1
@@ -91,8 +92,8 @@ def bound_fn(setup, num_t: int = 0):
             fn = lambda x, t: apply(params, x, t, None, None if y is None else jnp.repeat(y, x.shape[0] // y.shape[0]))
             x = to_float(x_u8)
             if num_t:
-                return process.nll_bpd_estimate(fn, x, key, num_t, clip_denoised=True, max_rows=chunk_rows)
-            return process.nll_bpd(fn, x, key, clip_denoised=True, max_rows=chunk_rows)[0]
+                return process.nll_bpd_estimate(fn, x, key, num_t, clip_denoised=clip, max_rows=chunk_rows)
+            return process.nll_bpd(fn, x, key, clip_denoised=clip, max_rows=chunk_rows)[0]
 
         return jax.jit(batch_nll)
 
@@ -181,6 +182,8 @@ def evaluate(config, workdir: str) -> dict:
     c = config
     step, state = restore_latest(setup, workdir)
     space = make_feature_space(c)  # before the long bound: a bad weights or statistics file stops here
+    # the real images FID's test-split line scores (a latent model's: its source dataset's), opened before sampling
+    pixels = pixel_split(c.data, "test") if space is not None else None
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0xE7A1)
     images, labels = test_data(setup, c.eval.nll_images)
     n = len(images)
@@ -197,7 +200,7 @@ def evaluate(config, workdir: str) -> dict:
                 images=int(n),
                 timesteps=setup.process.num_timesteps,
                 parameters="EMA",
-                bound="sum_t L_t + L_T, fresh noise per t, clip_denoised, discretised decoder at t=0",
+                bound="sum_t L_t + L_T, fresh noise per t, clip_denoised (not for latents), discretised decoder at t=0",
                 seconds=seconds,
                 **bound_space(setup),
             ),
@@ -217,7 +220,6 @@ def evaluate(config, workdir: str) -> dict:
             f.ddim_steps,
             f.guidance_scale,
         )
-        pixels = pixel_split(c.data, "test")
         m = min(len(pixels), f.num_samples)
         real = space.score(pixels.get(np.arange(m)), f.kid_subsets, f.kid_subset_size)
         scores["test_split"] = dict(

@@ -83,6 +83,11 @@ class Setup:
         return self._autoencoder
 
     @property
+    def latent(self) -> bool:
+        """Whether the model is trained on a first stage's latents (data/latents.py)."""
+        return hasattr(DATASETS[self.config.data.name], "autoencoder_path")
+
+    @property
     def conditional(self) -> bool:
         return bool(getattr(self.model, "num_classes", 0))
 
@@ -174,10 +179,14 @@ def guided_apply(apply, process, params, y, scale: float, num_classes: int):
     if scale == 0.0:
         return lambda x, t: apply(params, x, t, None, null)
 
+    def pair(a, b):
+        """[B, ...] x2 -> [2B, ...] interleaved (a_0, b_0, a_1, ...): each row's pair stays on its device."""
+        return jnp.stack([a, b], axis=1).reshape((2 * a.shape[0],) + a.shape[1:])
+
     def fn(x, t):
-        out = apply(params, jnp.concatenate([x, x]), jnp.concatenate([t, t]), None, jnp.concatenate([y, null]))
-        cond, uncond = jnp.split(out, 2)
-        return process.guide(cond, uncond, scale)
+        out = apply(params, pair(x, x), pair(t, t), None, pair(y, null))
+        out = out.reshape((x.shape[0], 2) + out.shape[1:])
+        return process.guide(out[:, 0], out[:, 1], scale)
 
     return fn
 
@@ -189,24 +198,27 @@ def sampling_fn(setup: Setup, method: str, steps: int, shape, guidance: float = 
     steps = steps if method == "ddim" else 0
     num_classes = getattr(setup.model, "num_classes", 0)
     guidance = float(guidance) if num_classes else 1.0
+    name = ("sample", method, steps, shape, guidance)
 
     def make():
         apply = make_apply(setup.model)
+        ae = setup.autoencoder  # loaded here, outside the trace; its weights are an argument, not constants
 
         def constrain(x):
             return jax.lax.with_sharding_constraint(x, setup.batch_sharding)
 
-        def sample_u8(params, key, y):
-            TRACES[("sample", method, steps, shape)] += 1
+        def sample_u8(params, key, y, ae_params):
+            TRACES[name] += 1
             fn = guided_apply(apply, setup.process, params, y, guidance, num_classes)
-            x = setup.process.sample(fn, key, shape, method, steps, constrain=constrain)
-            if setup.autoencoder is not None:
-                x = setup.autoencoder.decode(x)
+            x = setup.process.sample(fn, key, shape, method, steps, constrain=constrain, clip=ae is None)
+            if ae is not None:
+                x = ae.decode_fn(ae_params, x)
             return to_u8(x)
 
-        return jax.jit(sample_u8, out_shardings=setup.batch_sharding)
+        jitted = jax.jit(sample_u8, out_shardings=setup.batch_sharding)
+        return lambda params, key, y: jitted(params, key, y, None if ae is None else ae.params)
 
-    return setup.cached(("sample", method, steps, shape, guidance), make)
+    return setup.cached(name, make)
 
 
 def sample_labels(num_classes: int, num: int, offset: int = 0):
