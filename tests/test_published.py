@@ -12,7 +12,7 @@ from configs import celebahq_ldm, ffhq_dit, imagenet256_uvit
 from training import aot
 from training.setup import build
 
-FIXTURE_AE = os.path.join(os.path.dirname(__file__), "fixtures", "autoencoder_kl_tiny")
+FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
 
 # (config module, variant, latent shape, classes, exact trainable parameters and where they come from)
 PUBLISHED = [
@@ -25,12 +25,12 @@ PUBLISHED = [
 ]
 
 
-def fake_latents(path, shape, classes):
+def fake_latents(path, shape, classes, kind):
     path.mkdir(parents=True, exist_ok=True)
     splits = {s: dict(rows=1, done=1, complete=True) for s in ("train", "test")}
     meta = dict(source=dict(name="folder"), autoencoder="", latent_shape=list(shape), num_classes=classes)
     (path / "meta.json").write_text(
-        json.dumps(dict(meta, kind="kl", scaling_factor=0.18215, flipped=True, splits=splits))
+        json.dumps(dict(meta, kind=kind, scaling_factor=0.18215, flipped=True, splits=splits))
     )
     return str(path)
 
@@ -42,8 +42,10 @@ def test_published_config_has_the_published_model_and_its_step_compiles(
     tmp_path, module, variant, shape, classes, params
 ):
     c = module.get_config(variant)
-    c.data.path = fake_latents(tmp_path / "latents", shape, classes)
-    c.data.autoencoder = FIXTURE_AE  # a stand-in: checked to exist, loaded only to decode samples
+    kind = "vq" if module is celebahq_ldm else "kl"  # the LDM's VQ-f4; SD's KL-f8
+    c.data.path = fake_latents(tmp_path / "latents", shape, classes, kind)
+    # a stand-in first stage of the same kind: checked to exist, loaded only to decode samples
+    c.data.autoencoder = os.path.join(FIXTURES, f"autoencoder_{kind}_tiny")
     setup = build(c)
     assert sum(x.size for x in jax.tree.leaves(setup.abstract_state.params)) == params
     assert setup.conditional == bool(classes)
