@@ -321,7 +321,7 @@ class DiTModel:
     @classmethod
     def dims(cls, cfg) -> tuple:
         """(hidden_size, depth, num_heads) of this config."""
-        return DIT_SIZES[cfg.size] if cfg.size != "custom" else (cfg.hidden_size, cfg.depth, cfg.num_heads)
+        return size_dims(DIT_SIZES, cfg)
 
     @classmethod
     def check(cls, cfg, ctx):
@@ -343,6 +343,11 @@ class DiTModel:
             out_channels=out_channels,
             dtype=jnp.dtype(cfg.dtype),
         )
+
+
+def size_dims(sizes: dict, cfg) -> tuple:
+    """(hidden_size, depth, num_heads): the named size's from `sizes`, or the custom fields."""
+    return sizes[cfg.size] if cfg.size != "custom" else (cfg.hidden_size, cfg.depth, cfg.num_heads)
 
 
 def check_transformer(part, cfg, image_size: int):

@@ -39,6 +39,7 @@ from models.dit import (
     check_labels,
     check_transformer,
     params_from_torch,
+    size_dims,
     timestep_embedding,
     unpatchify,
 )
@@ -189,7 +190,7 @@ class UViTModel:
     @classmethod
     def dims(cls, cfg) -> tuple:
         """(hidden_size, depth, num_heads) of this config."""
-        return UVIT_SIZES[cfg.size] if cfg.size != "custom" else (cfg.hidden_size, cfg.depth, cfg.num_heads)
+        return size_dims(UVIT_SIZES, cfg)
 
     @classmethod
     def check(cls, cfg, ctx):
