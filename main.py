@@ -83,10 +83,12 @@ def run(config, workdir, mode: str = "train") -> int:
 
             r = evaluate(config, workdir)
             nll = r["nll_bpd"]
+            proto = nll["protocol"]
+            how = f"all {proto['timesteps']} timesteps" if "timesteps" in proto else proto["bound"].split(":")[0]
+            rel = "<=" if "not a bound" not in proto["bound"] else "~"  # the ODE likelihood is an estimate, not a bound
             print(
-                f"checkpoint {r['checkpoint_step']}: test NLL <= {nll['value']:.4f} bits/dim "
-                f"(+- {nll['stderr'] or 0:.4f}, {nll['protocol']['images']} images, all "
-                f"{nll['protocol']['timesteps']} timesteps, {nll['protocol']['seconds']:.1f} s)"
+                f"checkpoint {r['checkpoint_step']}: test NLL {rel} {nll['value']:.4f} bits/dim "
+                f"(+- {nll['stderr'] or 0:.4f}, {proto['images']} images, {how}, {proto['seconds']:.1f} s)"
                 + _fid_line(r.get("fid", {}))
                 + (f"\nResults: {r['path']}" if "path" in r else ""),
                 flush=True,

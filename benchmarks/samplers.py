@@ -3,8 +3,11 @@ seed, at equal steps, then evaluate each with --mode=eval, and write a markdown 
 
     python benchmarks/samplers.py --runs=uniform,adaptive,speed,lognormal,uniform+min_snr --seeds=0,1
     python benchmarks/samplers.py --runs=uniform,adaptive --seeds=0 --set train.num_steps=200   # a quick look
+    python benchmarks/samplers.py --config=configs/flow.py --runs=uniform,logitnormal,adaptive,adaptive/reward=bound
 
-A run is SAMPLER or SAMPLER+WEIGHTING (config.sampler.name / config.weighting.name); `uniform` must be one of them.
+A run is SAMPLER[+WEIGHTING][/FIELD=VALUE...] (config.sampler.name, config.weighting.name, and fields of the
+sampler's own sub-config, config.sampler.SAMPLER.FIELD); `uniform` must be one of them. --config (default
+configs/default.py; FILE:ARG as main.py takes it) is the config every run starts from.
 Each run is `python main.py` in OUT/RUN_seedS (periodic evaluation every --every steps, the same for all runs), then
 `python main.py --mode=eval` on its final checkpoint. A finished run (its eval JSON exists) is not run again, so an
 interrupted benchmark continues where it stopped.
@@ -19,6 +22,11 @@ Written to OUT: samplers.md (the table) and samplers.png (the curves). Columns:
   first periodic evaluation at or below it, and its train_seconds (training wall-clock without evaluation); mean over
   seeds that reach it, with how many did ("-" when none). Resolution: --every steps.
 - train wall-clock: train_seconds at the last step, mean over seeds.
+- paired differences to uniform (runs other than uniform): the same seed gives every run the same initialisation of
+  the diffusion model and the same data order, so per seed d = run - uniform; mean and a 95% interval over seeds
+  (Student's t, n - 1 degrees of freedom) of the final test bits/dim, FID and KID.
+- bpd at uniform's wall-clock: the periodic bound estimate at the last evaluation whose train_seconds does not
+  exceed uniform's whole training wall-clock (mean over uniform's seeds): equal compute rather than equal steps.
 """
 
 import argparse
@@ -40,33 +48,42 @@ def parse_runs(text):
 
     runs = []
     for name in text.split(","):
-        sampler, _, weighting = name.partition("+")
+        spec, *settings = name.split("/")
+        sampler, _, weighting = spec.partition("+")
+        if any("=" not in s for s in settings):
+            sys.exit(f"error: --runs: {name!r}: settings after / are FIELD=VALUE of config.sampler.{sampler}")
         if sampler not in SAMPLERS or (weighting and weighting not in WEIGHTINGS):
             sys.exit(
                 f"error: --runs: {name!r} is not SAMPLER[+WEIGHTING] with SAMPLER in {', '.join(sorted(SAMPLERS))} "
                 f"and WEIGHTING in {', '.join(sorted(WEIGHTINGS))}"
             )
-        runs.append((name, sampler, weighting or "none"))
+        runs.append((name, sampler, (weighting or "none", settings)))
     if "uniform" not in [r[0] for r in runs]:
         sys.exit("error: --runs must include uniform: the steps-to-target columns are measured against it")
     return runs
 
 
 def run_one(out, name, sampler, weighting, seed, args):
-    wd = os.path.join(out, f"{name}_seed{seed}")
+    weighting, settings = weighting
+    safe = name.replace("/", "__").replace("=", "-")
+    wd = os.path.join(out, f"{safe}_seed{seed}")
     evals = os.path.join(wd, "eval")
     done = os.path.isdir(evals) and any(f.startswith("step_") and f.endswith(".json") for f in os.listdir(evals))
     if done:
         print(f"{name} seed {seed}: already done", flush=True)
         return wd
-    flags = [
-        f"--config={ROOT}/configs/default.py",
-        f"--workdir={wd}",
-        f"--config.sampler.name={sampler}",
-        f"--config.weighting.name={weighting}",
-        f"--config.seed={seed}",
-        f"--config.eval.periodic.every={args.every}",
-    ] + [f"--config.{s}" for s in args.set]
+    flags = (
+        [
+            f"--config={os.path.join(ROOT, args.config)}",
+            f"--workdir={wd}",
+            f"--config.sampler.name={sampler}",
+            f"--config.weighting.name={weighting}",
+            f"--config.seed={seed}",
+            f"--config.eval.periodic.every={args.every}",
+        ]
+        + [f"--config.sampler.{sampler}.{s}" for s in settings]
+        + [f"--config.{s}" for s in args.set]
+    )
     for mode in ("train", "eval"):
         t0 = time.perf_counter()
         r = subprocess.run(
@@ -126,20 +143,43 @@ def ms(values, fmt):
     return fmt.format(v.mean()) + (" ± " + fmt.format(v.std(ddof=1)) if len(v) > 1 else "")
 
 
-def table(results, runs, seeds):
+def paired(results, name, key):
+    """'mean [lo, hi]' of the per-seed difference run - uniform (95% t interval), or '-'."""
+    from scipy import stats
+
+    pairs = [(d[key], u[key]) for d, u in zip(results[name], results["uniform"])]
+    diff = np.array([a - b for a, b in pairs if a is not None and b is not None], np.float64)
+    if len(diff) == 0:
+        return "-"
+    if len(diff) == 1:
+        return f"{diff[0]:+.3f}"
+    half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / np.sqrt(len(diff))
+    return f"{diff.mean():+.3f} [{diff.mean() - half:+.3f}, {diff.mean() + half:+.3f}]"
+
+
+def at_wall_clock(d, seconds):
+    """The periodic bound estimate at the last evaluation within `seconds` of training, or None."""
+    ok = np.nonzero(d["train_s"] <= seconds)[0]
+    return None if len(ok) == 0 else float(d["bpd"][ok[-1]])
+
+
+def table(results, runs, seeds, config):
     target = float(np.mean([d["bpd"][-1] for d in results["uniform"]]))
+    budget = float(np.mean([d["total_s"] for d in results["uniform"]]))
     some = results["uniform"][0]
     every = int(some["steps"][1] - some["steps"][0]) if len(some["steps"]) > 1 else "-"
     cmd = "python benchmarks/samplers.py " + " ".join(sys.argv[1:])
     lines = [
         f"`{cmd}`",
         "",
-        f"Digits default config, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) per run, "
-        f"{int(some['steps'][-1])} steps each; mean ± sd over seeds.",
+        f"Config {config}, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) per run, "
+        f"{int(some['steps'][-1])} steps each; mean ± sd over seeds; paired differences to uniform: mean "
+        "[95% interval] over seeds.",
         "",
         f"| run | final test bits/dim | FID | KID | steps to uniform's final {some['bpd_key'].split('/')[1]} "
-        f"({target:.3f}) | wall-clock to it (s) | train wall-clock (s) |",
-        "|---|---|---|---|---|---|---|",
+        f"({target:.3f}) | wall-clock to it (s) | train wall-clock (s) | {some['bpd_key'].split('/')[1]} at "
+        f"uniform's wall-clock ({budget:.0f} s) | Δ bits/dim vs uniform | Δ FID | Δ KID |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, _, _ in runs:
         ds = results[name]
@@ -150,7 +190,12 @@ def table(results, runs, seeds):
         lines.append(
             f"| {name} | {ms([d['final_bpd'] for d in ds], '{:.3f}')} | "
             f"{ms([d['fid_final'] for d in ds], '{:.3f}')} | {ms([d['kid_final'] for d in ds], '{:.4f}')} | "
-            f"{reached} | {wall} | {ms([d['total_s'] for d in ds], '{:.0f}')} |"
+            f"{reached} | {wall} | {ms([d['total_s'] for d in ds], '{:.0f}')} | "
+            f"{ms([at_wall_clock(d, budget) for d in ds], '{:.3f}')} | "
+            + " | ".join(
+                "-" if name == "uniform" else paired(results, name, k) for k in ("final_bpd", "fid_final", "kid_final")
+            )
+            + " |"
         )
     ev = some["eval"]
     fp = ev["fid"].get("protocol", {})
@@ -194,6 +239,7 @@ def plot(results, runs, path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--runs", default="uniform,adaptive,speed,lognormal,uniform+min_snr")
+    ap.add_argument("--config", default="configs/default.py", help="the config file every run starts from (FILE[:ARG])")
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--every", type=int, default=250, help="periodic evaluation interval (steps)")
     ap.add_argument("--out", default=os.path.join(ROOT, "workdirs", "bench_samplers"))
@@ -210,7 +256,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
     results = {name: [load(run_one(args.out, name, s, w, seed, args)) for seed in seeds] for name, s, w in runs}
-    md = table(results, runs, seeds)
+    md = table(results, runs, seeds, args.config)
     with open(os.path.join(args.out, "samplers.md"), "w") as f:
         f.write(md + "\n")
     plot(results, runs, os.path.join(args.out, "samplers.png"))

@@ -12,13 +12,19 @@ METHODS = {
 }
 
 
-def parse_method(config_file: str, variant: str, allowed, default: str) -> tuple:
-    method = (variant or default).strip()
-    if method not in allowed:
+def parse_variant(config_file: str, variant: str, allowed, default: str) -> str:
+    """The variant named after the config file's colon (default when empty); one line naming the allowed ones
+    otherwise."""
+    name = (variant or default).strip()
+    if name not in allowed:
         raise ValueError(
             f"configs/{config_file}:{variant!r} is not a variant: use one of {', '.join(allowed)} (default {default})"
         )
-    return METHODS[method]
+    return name
+
+
+def parse_method(config_file: str, variant: str, allowed, default: str) -> tuple:
+    return METHODS[parse_variant(config_file, variant, allowed, default)]
 
 
 def latent_config(model: str, method: tuple, latent_shape, path: str = "latents"):

@@ -1,8 +1,19 @@
-"""Diffusion processes (registered by name: ddpm), their schedules, bound terms and samplers of images."""
+"""Diffusion processes (registered by name: ddpm, vp, flow), their schedules, bound terms and samplers of images."""
 
-from diffusion import gaussian, sampling
+from diffusion import flow, gaussian, sampling, vp
 from diffusion.base import PROCESSES, make_process
 from diffusion.ddpm import DDPM
 from diffusion.schedules import SCHEDULES, Schedule, make_schedule
 
-__all__ = ["PROCESSES", "make_process", "DDPM", "Schedule", "make_schedule", "SCHEDULES", "gaussian", "sampling"]
+__all__ = [
+    "PROCESSES",
+    "make_process",
+    "DDPM",
+    "flow",
+    "vp",
+    "Schedule",
+    "make_schedule",
+    "SCHEDULES",
+    "gaussian",
+    "sampling",
+]

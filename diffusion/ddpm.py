@@ -321,6 +321,35 @@ class DDPM:
             return sampling.ancestral(apply_fn, self, key, shape, constrain=constrain, clip=clip)
         raise ValueError(f"sampling method {method!r} is not one of {', '.join(sampling.METHODS)}")
 
+    def bound_protocol(self) -> dict:
+        """How nll_bpd's number was computed (written next to it by --mode=eval)."""
+        return dict(
+            timesteps=self.num_timesteps,
+            bound="sum_t L_t + L_T, fresh noise per t, clip_denoised (not for latents), discretised decoder at t=0",
+        )
+
+    def bind(self, params):
+        """The process at the model's parameters (nothing of it is learned here)."""
+        return self
+
+    def estimate_protocol(self, num_t: int) -> str:
+        """What nll_bpd_estimate(num_t) computes (the periodic evaluation's label)."""
+        return (
+            f"unbiased stratified estimate of the test bound: t = 0 plus one random t in each of {num_t - 1} "
+            "geometrically spaced strata of 1..T-1, weighted by stratum size"
+        )
+
+    def uses_steps(self, method: str) -> bool:
+        """Whether `method` takes a step count (ddim; ancestral runs all T)."""
+        return method == "ddim"
+
+    @property
+    def grid(self) -> int:
+        """The time domain's resolution: T (continuous processes have a field of that name)."""
+        return self.num_timesteps
+
+    methods = sampling.METHODS
+
     def sampling_steps(self, method: str, steps: int) -> int:
         """Network evaluations of a sample with `method` (the protocol written next to FID)."""
         return steps if method == "ddim" else self.num_timesteps

@@ -4,14 +4,15 @@ Every eval field may change when a run is resumed."""
 import os
 
 from core.fields import Choice, ConfigError, Int, Num, Path, all_mutable
-from diffusion.sampling import METHODS
+from diffusion.sampling import ALL_METHODS
 from evaluation.features import check_reference_stats, classifier_dataset
 from evaluation.features import kind as fid_kind
 
 FID_FIELDS = dict(
     num_samples=Int(1000, 2),  # generated images per FID (paper tables: 50,000 on CIFAR-10)
-    method=Choice("ddim", METHODS),  # ancestral (all T steps, the paper's protocol) | ddim
-    ddim_steps=Int(100, 1, "T"),
+    # DDPM: ancestral (all T steps, the paper's protocol) | ddim; continuous time: ancestral | euler | heun
+    method=Choice("ddim", ALL_METHODS),
+    ddim_steps=Int(100, 1, "T"),  # steps of ddim and of the continuous-time methods
     batch_size=Int(1000, 1),  # samples per sampling call (chunk i seeded fold_in(key, i); one call: the key)
     guidance_scale=Num(1.0, 0.0),  # classifier-free guidance of a class-conditional model (periodic FID too)
     kid_subsets=Int(100, 1),  # KID: mean over this many subsets ...
@@ -28,9 +29,11 @@ FID_FIELDS = dict(
 PERIODIC_FIELDS = dict(
     every=Int(500, 0),  # steps (0: off)
     nll_images=Int(-1, 1, extra=(-1,)),  # test images in the bound estimate (-1: all)
-    nll_timesteps=Int(50, 2, "T"),  # t = 0 plus one random t in each of 49 geometric strata of 1..T-1
+    # t = 0 plus one random t in each of 49 geometric strata of 1..T-1; vp: stratified times of the ELBO; flow: Heun
+    # steps of the ODE likelihood
+    nll_timesteps=Int(50, 2, "T"),
     num_samples=Int(250, 2),  # generated images for the periodic FID/KID
-    method=Choice("ddim", METHODS),
+    method=Choice("ddim", ALL_METHODS),
     ddim_steps=Int(50, 1, "T"),
 )
 

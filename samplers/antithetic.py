@@ -15,9 +15,12 @@ from samplers.base import SAMPLERS, Sampler
 @SAMPLERS.register
 class AntitheticSampler(Sampler):
     name = "antithetic"
+    continuous = True  # VDM's own: t_i = u_i
 
     def sample(self, state, key, x0):
         B = x0.shape[0]
         u = jnp.mod(jax.random.uniform(key, ()) + jnp.arange(B, dtype=jnp.float32) / B, 1.0)
+        if not self.discrete:
+            return u, jnp.ones((B,), jnp.float32), {}
         t = jnp.minimum(jnp.floor(u * self.T), self.T - 1).astype(jnp.int32)
         return t, jnp.ones((B,), jnp.float32), {}

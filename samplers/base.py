@@ -2,14 +2,15 @@
 
 A sampler is one module: a Sampler subclass with a `name`, its own config fields (`FIELDS`, see core/registry.py)
 and `@SAMPLERS.register`. Its constructor receives its own sub-config (config.sampler.<name>), the diffusion process
-(the time domain: T = process.num_timesteps) and the global batch size, never the whole config.
+(the time domain: T = process.num_timesteps, or t in [0, 1] when process.discrete is False) and the global batch
+size, never the whole config.
 
 A sampler turns a sampler state (a pytree carried in the train state) into timesteps and per-example loss weights,
 and updates that state from what the train step computed. Every method is traced inside the one jitted train step,
 so it must be pure and shape-stable; branching on traced values uses lax.cond.
 
     state = sampler.init(key, x0)                     # x0: one global batch of images, for shapes only
-    t, weights, aux = sampler.sample(state, key, x0)  # t: [B] int32 in 0..T-1, weights: [B] float32
+    t, weights, aux = sampler.sample(state, key, x0)  # t: [B] int32 in 0..T-1 (continuous: float32 in [0, 1])
     state, metrics = sampler.update(state, ctx)       # ctx: StepContext of this step
 
 `weights` multiply the per-example loss (importance weights; 1 for samplers that deliberately re-weight the
@@ -32,8 +33,9 @@ SAMPLERS = Registry("sampler", NESTED)
 class StepContext:
     """What one train step hands to `Sampler.update` (all arrays are global, sharded over the data axis).
 
-    rows_fn(params, x0 [R, ...], t [R], noise [R, ...], *, y=None, dropout_key=None, kl_only=False,
-    rows_per_device=0) -> [R] computes the bound terms (bits/dim) of independent rows (image, timestep, noise; with
+    rows_fn(params, x0 [R, ...], t [R], noise [R, ...], *, y=None, dropout_key=None, kl_only=False, loss=False,
+    rows_per_device=0) -> [R] computes the bound terms (bits/dim; loss=True: the training objective w(t) MSE + extra)
+    of independent rows (image, timestep, noise; with
     y [R] their labels, which a class-conditional model needs: pass ctx.y's entries of the rows' images) with the
     diffusion model's
     `params`, in float32, spread over the data axis and run in chunks of at most rows_per_device rows per device
@@ -64,12 +66,16 @@ class Sampler:
 
     name = "base"
     FIELDS: Dict[str, Any] = {}
+    # Whether the sampler has a meaning in continuous time (process.discrete False: t float32 in [0, 1]); validation
+    # refuses the others there in one line.
+    continuous = False
 
     def __init__(self, cfg, process, batch_size: int):
         self.cfg = cfg  # this sampler's own sub-config
         self.process = process
         self.batch_size = batch_size
-        self.T = process.num_timesteps
+        self.discrete = process.discrete
+        self.T = process.grid  # T timesteps, or a continuous process's grid
 
     def init(self, key, x0) -> Any:
         return {}
@@ -146,6 +152,8 @@ class FixedTableSampler(TableSampler):
 
     def __init__(self, cfg, process, batch_size):
         super().__init__(cfg, process, batch_size)
+        if not self.discrete:  # a continuous-time sampler of this kind draws t itself (its `sample`)
+            return
         self.p64 = self.table(cfg, process)
         self.p = jnp.asarray(self.p64, jnp.float32)
         self._cdf = jnp.asarray(np.cumsum(self.p64) / np.sum(self.p64), jnp.float32)  # in float64, then rounded

@@ -61,6 +61,44 @@ def tiny_flags(**overrides):
     return [f"--config.{k}={v}".replace(" ", "") for k, v in {**TINY, **overrides}.items()]
 
 
+def full_and_resumed(c, workdir, steps: int = 6):
+    """(setup, state after `steps` steps in one go, state after steps / 2, a real orbax checkpoint restored into a
+    fresh state by a fresh manager, and steps / 2 more), both on the host: the exact-resume tests' comparison. The
+    programs are those the training loop runs (Setup.step_for), the batches its step-indexed iterator's."""
+    import jax
+
+    from data import load_split
+    from data.pipeline import BatchIterator
+    from training import checkpoint as ckpt
+    from training.setup import build, initial_state
+
+    setup = build(c)
+    src = load_split(c.data, "train")
+
+    def run(state, start, stop):
+        it = BatchIterator(
+            src, c.seed, c.train.batch_size, setup.batch_sharding, start_step=start, random_flip=c.data.random_flip
+        )
+        try:
+            for step in range(start, stop):
+                state, _ = setup.step_for(step)(state, next(it)[1])
+        finally:
+            it.close()
+        return state
+
+    half_way = steps // 2
+    mngr = ckpt.make_manager(c, str(workdir))
+    half = run(initial_state(setup), 0, half_way)
+    ckpt.save(mngr, half_way, half)
+    full = jax.device_get(run(half, half_way, steps))  # the same state goes on, uninterrupted
+    mngr.close()
+    mngr = ckpt.make_manager(c, str(workdir))  # a fresh manager, as a new process would have
+    abstract = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
+    restored = ckpt.restore(mngr, mngr.latest_step(), abstract, "")
+    mngr.close()
+    return setup, full, jax.device_get(run(restored, half_way, steps))
+
+
 @pytest.fixture
 def tiny():
     return tiny_config

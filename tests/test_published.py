@@ -8,7 +8,7 @@ import os
 import jax
 import pytest
 
-from configs import celebahq_ldm, ffhq_dit, imagenet256_uvit
+from configs import celebahq_ldm, cifar10_flow, ffhq_dit, imagenet256_sit, imagenet256_uvit
 from training import aot
 from training.setup import build
 
@@ -22,6 +22,9 @@ PUBLISHED = [
     (imagenet256_uvit, "adaptive+min_snr", (32, 32, 4), 1000, 286_763_172),
     # DiT-XL/2 (674,834,720 trainable with 1000 classes) without its 1001 x 1152 label table: unconditional FFHQ
     (ffhq_dit, "speed", (32, 32, 4), 0, 674_834_720 - 1001 * 1152),
+    # SiT-B/2 (DiT-B/2's 130,315,808 with learn_sigma) without the final linear's 768 x 16 + 16 outputs of the unused
+    # variance channels: flow matching has none; the learned sampler in continuous time
+    (imagenet256_sit, "adaptive", (32, 32, 4), 1000, 130_315_808 - 768 * 16 - 16),
 ]
 
 
@@ -55,7 +58,7 @@ def test_published_config_has_the_published_model_and_its_step_compiles(
     assert report["flops"] > 1e12 and report["argument_bytes"] > 4 * params // 8  # the state, sharded or not
 
 
-@pytest.mark.parametrize("module", [celebahq_ldm, imagenet256_uvit, ffhq_dit])
+@pytest.mark.parametrize("module", [celebahq_ldm, imagenet256_uvit, ffhq_dit, imagenet256_sit, cifar10_flow])
 def test_a_published_config_refuses_an_unknown_variant_in_one_line(module):
     with pytest.raises(ValueError) as e:
         module.get_config("nonsense")

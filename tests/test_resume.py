@@ -7,10 +7,8 @@ import jax
 import numpy as np
 import pytest
 
-from data import load_split
-from data.pipeline import BatchIterator
-from training import checkpoint as ckpt
-from training.setup import build, initial_state
+from conftest import full_and_resumed
+from training.setup import initial_state
 
 # each sampler with a weighting, so that every weighting is in some resumed run
 WEIGHTING_OF = {"uniform": "min_snr", "loss_second_moment": "p2", "grad_variance": "speed", "adaptive": "none"}
@@ -30,30 +28,7 @@ def test_resume_equals_uninterrupted_for_every_sampler(tiny, tmp_path, sampler):
             "data.random_flip": sampler == "uniform",  # flips resume too (a pure function of seed and step)
         }
     )
-    setup = build(c)
-    src = load_split(c.data, "train")
-
-    def run(state, start, stop):
-        it = BatchIterator(
-            src, c.seed, c.train.batch_size, setup.batch_sharding, start_step=start, random_flip=c.data.random_flip
-        )
-        try:
-            for step in range(start, stop):  # the programs the training loop runs (Setup.step_for)
-                state, _ = setup.step_for(step)(state, next(it)[1])
-        finally:
-            it.close()
-        return state
-
-    mngr = ckpt.make_manager(c, str(tmp_path))
-    half = run(initial_state(setup), 0, 3)
-    ckpt.save(mngr, 3, half)
-    full = jax.device_get(run(half, 3, 6))  # the same state goes on, uninterrupted
-    mngr.close()
-    mngr = ckpt.make_manager(c, str(tmp_path))  # a fresh manager, as a new process would have
-    restored = ckpt.restore(
-        mngr, mngr.latest_step(), ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings), ""
-    )
-    resumed = jax.device_get(run(restored, 3, 6))
+    setup, full, resumed = full_and_resumed(c, tmp_path)
     assert int(resumed.step) == 6
     chex.assert_trees_all_equal(full, resumed)
     if sampler in ("loss_second_moment", "grad_variance", "adaptive"):  # a sampler state that moved

@@ -1,9 +1,11 @@
 """Evaluation of a workdir's latest checkpoint (EMA parameters): `python main.py --mode=eval --workdir=DIR`.
 
 Writes DIR/eval/step_NNNNNNN.json, each number next to its protocol, and a sample grid DIR/eval/samples_NNNNNNN.png.
-- nll_bpd: the full variational bound in bits/dim (sum of L_t over all T timesteps, each with its own noise, plus
-  the prior term; improved-diffusion's calc_bpd_loop with clip_denoised) averaged over config.eval.nll_images
-  images of the test split (-1: all of them), float32, on the EMA parameters. The bound is an upper bound on the NLL.
+- nll_bpd: the process's test likelihood in bits/dim (process.nll_bpd; its protocol, process.bound_protocol, is
+  written next to it): on the DDPM chain the full variational bound (sum of L_t over all T timesteps, each with its
+  own noise, plus the prior term; improved-diffusion's calc_bpd_loop with clip_denoised), for vp VDM's ELBO, for
+  flow the probability-flow ODE's likelihood; averaged over config.eval.nll_images images of the test split (-1: all
+  of them), float32, on the EMA parameters.
 - fid / kid: config.eval.fid.num_samples generated images (config.eval.fid.method) against the dataset's reference
   in the feature space of evaluation/features.py; next to them the test split's own FID/KID against the same
   reference (the score of real unseen images, at the test split's size).
@@ -82,11 +84,11 @@ def bound_fn(setup, num_t: int = 0):
 
     def make():
         apply = make_apply(setup.model.clone(dtype=jnp.float32))
-        process = setup.process
         clip = not setup.latent  # latents are not bounded: no clipping of x0-predictions
 
         def batch_nll(params, x_u8, key, y=None):
             TRACES[("bound", num_t, x_u8.shape)] += 1
+            process = setup.process.bind(params)
             # the process folds timesteps into rows batch-major (gaussian.fold_timesteps: image b's k rows are
             # adjacent), so row r belongs to image r // k
             fn = lambda x, t: apply(params, x, t, None, None if y is None else jnp.repeat(y, x.shape[0] // y.shape[0]))
@@ -203,9 +205,8 @@ def evaluate(config, workdir: str) -> dict:
             protocol=dict(
                 split="test",
                 images=int(n),
-                timesteps=setup.process.num_timesteps,
+                **setup.process.bound_protocol(),
                 parameters="EMA",
-                bound="sum_t L_t + L_T, fresh noise per t, clip_denoised (not for latents), discretised decoder at t=0",
                 seconds=seconds,
                 **bound_space(setup),
             ),
@@ -281,13 +282,13 @@ class PeriodicEval:
     def protocol(self) -> dict:
         p = self.p
         return dict(
-            nll=f"bpd_T{p.nll_timesteps}: unbiased stratified estimate of the test bound over "
-            f"{len(self.images)} test images: t = 0 plus one random t in each of {p.nll_timesteps - 1} "
-            f"geometrically spaced strata of 1..T-1, weighted by stratum size",
+            nll=f"bpd_T{p.nll_timesteps}: {self.setup.process.estimate_protocol(p.nll_timesteps)} over "
+            f"{len(self.images)} test images",
             fid=None
             if self.space is None
             else f"fid_N{p.num_samples} / kid_N{p.num_samples}: {p.num_samples} samples ({p.method}"
-            f"{f', {p.ddim_steps} steps' if p.method == 'ddim' else ''}) in the {self.space.name} space",
+            f"{f', {p.ddim_steps} steps' if self.setup.process.uses_steps(p.method) else ''}) in the "
+            f"{self.space.name} space",
             parameters="EMA",
             note="cheap estimates for convergence curves, not --mode=eval numbers",
         )

@@ -6,7 +6,7 @@ import os
 import numpy as np
 
 from core.fields import Choice, Int, Num, all_mutable
-from diffusion.sampling import METHODS
+from diffusion.sampling import ALL_METHODS
 
 POLICY_DENSITY = "sampler/policy_density"
 # arrays of metrics.jsonl shown as TensorBoard histograms over normalised t
@@ -16,8 +16,9 @@ HISTOGRAMS = {"t_hist": "timesteps/drawn", POLICY_DENSITY: "timesteps/policy_den
 SAMPLE_FIELDS = all_mutable(
     dict(
         num=Int(64, 1),
-        method=Choice("ancestral", METHODS),  # ancestral (all T steps) | ddim
-        ddim_steps=Int(100, 1, "T"),
+        # DDPM: ancestral (all T steps) | ddim; continuous time (vp, flow): ancestral | euler | heun
+        method=Choice("ancestral", ALL_METHODS),
+        ddim_steps=Int(100, 1, "T"),  # steps of ddim, and of every continuous-time method (heun: 2 n - 1 evaluations)
         # classifier-free guidance scale of a class-conditional model (1: conditional; 0: unconditional)
         guidance_scale=Num(1.0, 0.0),
     )

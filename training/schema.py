@@ -101,6 +101,15 @@ def active_fields(config) -> dict:
     return out
 
 
+def time_grid(config):
+    """(T, where it comes from): a discrete process's timesteps, or a continuous one's grid (the resolution of
+    [0, 1] that grids and bin counts are bounded by)."""
+    d = config.diffusion
+    if "num_timesteps" in d:
+        return d.num_timesteps, "config.diffusion.num_timesteps"
+    return d.grid, "config.diffusion.grid"
+
+
 def context(config, devices=None) -> Context:
     """The values of other sections that bounds and part checks use (T, the batch size, the image size, and the
     data axis's device count D once it is known)."""
@@ -108,7 +117,7 @@ def context(config, devices=None) -> Context:
     return Context(
         {
             **extra,
-            "T": (config.diffusion.num_timesteps, "config.diffusion.num_timesteps"),
+            "T": time_grid(config),
             "B": (config.train.batch_size, "config.train.batch_size"),
             "image_size": (config.data.image_size, "config.data.image_size"),
             "channels": (config.data.channels, "config.data.channels"),

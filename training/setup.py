@@ -131,7 +131,7 @@ def build(config) -> Setup:
     )
     raw = make_step(None)
     shape = image_shape(c.data, c.train.batch_size)
-    abstract = jax.eval_shape(lambda k: init_state(model, tx, sampler, k, shape), jax.random.PRNGKey(0))
+    abstract = jax.eval_shape(lambda k: init_state(model, tx, sampler, k, shape, process), jax.random.PRNGKey(0))
     state_sh = state_shardings(abstract, mesh, c.mesh.shard_params)
     setup = Setup(
         c, mesh, process, model, sampler, weighting, tx, raw, None, make_step, abstract, state_sh, batch_sharding(mesh)
@@ -155,7 +155,8 @@ def initial_state(setup: Setup):
     c = setup.config
     shape = setup.batch_shape(c.train.batch_size)
     init = jax.jit(
-        lambda k: init_state(setup.model, setup.tx, setup.sampler, k, shape), out_shardings=setup.state_shardings
+        lambda k: init_state(setup.model, setup.tx, setup.sampler, k, shape, setup.process),
+        out_shardings=setup.state_shardings,
     )
     return init(jax.random.PRNGKey(c.seed))
 
@@ -195,7 +196,7 @@ def sampling_fn(setup: Setup, method: str, steps: int, shape, guidance: float = 
     """fn(params, key, y) -> uint8 samples of `shape` (decoded through the autoencoder for a latent model),
     sharded over the data axis; y: [N] labels for a class-conditional model, else None. Jitted once per (method,
     steps, shape, guidance)."""
-    steps = steps if method == "ddim" else 0
+    steps = steps if setup.process.uses_steps(method) else 0
     num_classes = getattr(setup.model, "num_classes", 0)
     guidance = float(guidance) if num_classes else 1.0
     name = ("sample", method, steps, shape, guidance)
@@ -210,7 +211,8 @@ def sampling_fn(setup: Setup, method: str, steps: int, shape, guidance: float = 
         def sample_u8(params, key, y, ae_params):
             TRACES[name] += 1
             fn = guided_apply(apply, setup.process, params, y, guidance, num_classes)
-            x = setup.process.sample(fn, key, shape, method, steps, constrain=constrain, clip=ae is None)
+            process = setup.process.bind(params)
+            x = process.sample(fn, key, shape, method, steps, constrain=constrain, clip=ae is None)
             if ae is not None:
                 x = ae.decode_fn(ae_params, x)
             return to_u8(x)

@@ -54,20 +54,26 @@ def make_apply(model):
     return apply
 
 
-def make_rows_fn(model, process, num_shards: int = 1, constrain=rows.same):
-    """rows_fn(params, x0 [R,...], t [R], noise [R,...], *, y=None, dropout_key=None, kl_only=False,
+def make_rows_fn(model, process, num_shards: int = 1, constrain=rows.same, weighting=None):
+    """rows_fn(params, x0 [R,...], t [R], noise [R,...], *, y=None, dropout_key=None, kl_only=False, loss=False,
     rows_per_device=0) -> [R] bits/dim of independent rows (y [R]: their labels for a class-conditional model),
+    or with loss=True each row's training objective w(t) * MSE + extra (w: `weighting`),
     spread over `num_shards` devices (constrain(x, axis) shards x over the data axis) in chunks of at most
     rows_per_device rows per device (training/rows.py); chunk i runs with dropout key fold_in(dropout_key, i). The
     network runs in float32 whatever config.model.dtype says: the bound terms, and the learned sampler's reward (a
     small difference of two such terms), would be biased by bfloat16 rounding. The parameters are the same."""
     apply = make_apply(model.clone(dtype=jnp.float32))
 
-    def rows_fn(params, x0, t, noise, *, y=None, dropout_key=None, kl_only=False, rows_per_device=0):
+    def rows_fn(params, x0, t, noise, *, y=None, dropout_key=None, kl_only=False, loss=False, rows_per_device=0):
         def chunk_terms(chunk, index):
             key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
             yc = chunk[3] if len(chunk) > 3 else None
-            return process.row_terms(lambda x, tt: apply(params, x, tt, key, yc), *chunk[:3], kl_only=kl_only)
+            fn = lambda x, tt: apply(params, x, tt, key, yc)
+            bound = process.bind(params)
+            if loss:
+                mse, extra = bound.example_losses(fn, *chunk[:3])
+                return weighting(chunk[1]) * mse + extra
+            return bound.row_terms(fn, *chunk[:3], kl_only=kl_only)
 
         data = (x0, t, noise) if y is None else (x0, t, noise, y)
         return rows.map_rows(chunk_terms, data, num_shards, rows_per_device, constrain)
@@ -85,7 +91,7 @@ def make_train_step(
     nbins = config.diagnostics.t_bins
     decay = config.train.ema_decay
     apply = make_apply(model)
-    rows_fn = make_rows_fn(model, process, num_shards, constrain)
+    rows_fn = make_rows_fn(model, process, num_shards, constrain, weighting)
     lr_at = lr_schedule(config.train)
 
     num_classes = getattr(model, "num_classes", 0)
@@ -94,7 +100,8 @@ def make_train_step(
     def example_losses(params, x0, t, noise, dropout_key, y=None):
         """Per-example MSE of the model's target and the process's extra term (the learned variance's
         lambda * L_vlb with the mean frozen; 0 for fixed variances): ([B], [B])."""
-        return process.example_losses(lambda xt, tt: apply(params, xt, tt, dropout_key, y), x0, t, noise)
+        bound = process.bind(params)  # a learned noise schedule reads its parameters
+        return bound.example_losses(lambda xt, tt: apply(params, xt, tt, dropout_key, y), x0, t, noise)
 
     def example_loss_fn(params, x0, t, noise, dropout_key, y=None):
         """Each example's objective before any importance weight, w(t) * MSE + extra: [B]."""

@@ -52,7 +52,7 @@ def check_values(config):
     parts' and sections' own checks; raise ConfigError."""
     fields = schema.active_fields(config)
     # the values other fields' bounds refer to, checked first
-    for path in ("diffusion.num_timesteps", "train.batch_size", "data.image_size", "data.channels"):
+    for path in ("diffusion.num_timesteps", "diffusion.grid", "train.batch_size", "data.image_size", "data.channels"):
         if path in fields:
             fields[path].check(path, get(config, path))
     ctx = schema.context(config)
@@ -61,6 +61,50 @@ def check_values(config):
     schema.check_parts(config)
     check_eval(config)
     check_guidance(config)
+    check_time_domain(config)
+
+
+def check_time_domain(config):
+    """The sampler, the weighting and the sampling methods must have a meaning for the process's time domain
+    (discrete timesteps or continuous t in [0, 1])."""
+    from diffusion import PROCESSES
+    from samplers import SAMPLERS
+    from weightings import WEIGHTINGS
+
+    process = PROCESSES[config.diffusion.name]
+    name = config.diffusion.name
+    for section, registry in (("sampler", SAMPLERS), ("weighting", WEIGHTINGS)):
+        part = config[section].name
+        if not process.discrete and not registry[part].continuous:
+            ok = ", ".join(n for n in registry.names() if registry[n].continuous)
+            raise ConfigError(
+                f"config.{section}.name={part!r} is not allowed with the continuous-time process {name!r}: it is "
+                f"defined on discrete timesteps; use one of {ok}"
+            )
+    if config.diffusion.get("schedule") == "learned":
+        bad = [
+            (f"config.sampler.name={config.sampler.name!r}", "uniform, antithetic or adaptive")
+            if config.sampler.name not in ("uniform", "antithetic", "adaptive")
+            else None,
+            (f"config.weighting.name={config.weighting.name!r}", "none (the loss is the ELBO itself)")
+            if config.weighting.name != "none"
+            else None,
+            ("config.sampler.adaptive.sweep_grid='geometric'", "even")
+            if config.sampler.name == "adaptive" and config.sampler.adaptive.sweep_grid == "geometric"
+            else None,
+        ]
+        for what, allowed in filter(None, bad):
+            raise ConfigError(
+                f"{what} is not allowed with config.diffusion.schedule='learned': the learned schedule has no "
+                f"inverse to map noise levels to times; use {allowed}"
+            )
+    for path in ("sample.method", "eval.fid.method", "eval.periodic.method"):
+        method = get(config, path)
+        if method not in process.methods:
+            raise ConfigError(
+                f"config.{path}={method!r} is not allowed with config.diffusion.name={name!r}: its sampling methods "
+                f"are {', '.join(process.methods)}"
+            )
 
 
 def check_guidance(config):

@@ -15,6 +15,11 @@ from weightings.base import WEIGHTINGS, Weighting
 def make_weighting(weighting_cfg, process):
     """fn(t [B] int32) -> w [B] float32 for the weighting config.weighting names."""
     cls = WEIGHTINGS[weighting_cfg.name]
+    if getattr(process, "learned_schedule", False):  # validation allows only "none" with a learned schedule
+        return lambda t: jnp.ones(jnp.shape(t), jnp.float32)
+    if not process.discrete:
+        own = WEIGHTINGS.own_config(weighting_cfg)
+        return lambda t: cls.of_path(own, *process.path_coefs(t)).astype(jnp.float32)
     table = jnp.asarray(cls.table(WEIGHTINGS.own_config(weighting_cfg), process), jnp.float32)
     return lambda t: table[t]
 

@@ -1,4 +1,16 @@
-"""The loss-weighting contract and registry (see weightings/__init__.py)."""
+"""The loss-weighting contract and registry (see weightings/__init__.py).
+
+Continuous time (process.discrete False): a weighting with `continuous = True` gives `of_path(cfg, alpha, sigma,
+c1, c2)` -> w [B] (jnp), from the path's coefficients at each example's t (x_t = alpha x0 + sigma eps) and the
+target's (c1 x0 + c2 eps; process.path_coefs). The equivalence that carries a weighting between targets and
+processes: at fixed x_t an error d in x0 is an error -(alpha / sigma) d in eps, so the target's error is
+(c1 - c2 alpha / sigma) d and its MSE is F times the x0-MSE, F = (c1 sigma - c2 alpha)^2 / sigma^2
+(eps: SNR; x0: 1; DDPM's v: SNR + 1; flow matching's velocity: (alpha + sigma)^2 / sigma^2 = 1 / t^2).
+A weighting defined on one target's MSE, w_ref(SNR), becomes w_ref F_ref / F on another's, a function of log SNR
+alone for a given target: the same weight of each noise level whatever the process (the objective as a whole also
+depends on the density of log SNR that the time sampler induces, which differs between processes for uniform t;
+Kingma & Gao 2023 write every objective as the product of the two).
+"""
 
 from typing import Any, Dict
 
@@ -15,9 +27,15 @@ class Weighting:
 
     name = "base"
     FIELDS: Dict[str, Any] = {}
+    continuous = False  # whether of_path is defined (validation refuses the others in continuous time)
 
     @classmethod
     def table(cls, cfg, process) -> np.ndarray:
+        raise NotImplementedError
+
+    @classmethod
+    def of_path(cls, cfg, alpha, sigma, c1, c2):
+        """w [B] in continuous time (module docstring)."""
         raise NotImplementedError
 
 

@@ -1,5 +1,14 @@
 """P2 weighting (Choi et al. 2022): w(t) = 1 / (k + SNR(t))^gamma on the MSE of the model's target
-(the paper's settings: gamma in {0.5, 1}, k = 1)."""
+(the paper's settings: gamma in {0.5, 1}, k = 1).
+
+P2 is defined on the eps-MSE (the paper's models predict eps); on the DDPM chain it multiplies whatever target's MSE
+as-is (a v- or x0-target run gets the same table). Continuous time carries it over exactly instead
+(weightings/base.py): w = SNR / ((k + SNR)^gamma F) = alpha^2 / ((k + SNR)^gamma (c1 sigma - c2 alpha)^2), which is
+1 / (k + SNR)^gamma for the eps target and for flow matching's velocity SNR t^2 / (k + SNR)^gamma (the same
+objective as P2 on eps); 1 where the denominator is 0.
+"""
+
+import jax.numpy as jnp
 
 from core.fields import Num
 from weightings.base import WEIGHTINGS, Weighting, snr
@@ -8,6 +17,7 @@ from weightings.base import WEIGHTINGS, Weighting, snr
 @WEIGHTINGS.register
 class P2(Weighting):
     name = "p2"
+    continuous = True
     FIELDS = dict(
         gamma=Num(1.0, 0, lo_open=True, note="(paper: 0.5 or 1)"), k=Num(1.0, 0, lo_open=True, note="(paper: 1)")
     )  # 1 / (k + SNR)^gamma
@@ -15,3 +25,10 @@ class P2(Weighting):
     @classmethod
     def table(cls, cfg, process):
         return 1.0 / (cfg.k + snr(process)) ** cfg.gamma
+
+    @classmethod
+    def of_path(cls, cfg, alpha, sigma, c1, c2):
+        den = (c1 * sigma - c2 * alpha) ** 2
+        s2 = jnp.where(sigma > 0, sigma**2, 1.0)
+        snr = jnp.where(sigma > 0, alpha**2 / s2, jnp.inf)
+        return jnp.where(den > 0, alpha**2 / ((cfg.k + snr) ** cfg.gamma * jnp.where(den > 0, den, 1.0)), 1.0)
