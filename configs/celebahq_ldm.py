@@ -26,7 +26,7 @@ Not found in any public source (the method's code covers CIFAR-10 only), chosen 
   64x64x3 latents;
 - what "300 epochs" counts: 300 passes over the 27,000 training images of the taming split (CelebAHQTrain) at batch
   48 is 168,750 steps (num_steps below); tfds' celeb_a_hq has all 30,000 images in one split;
-- LDM's EMA warms up as min(0.9999, (1 + n) / (10 + n)); ours starts at the initialisation with a fixed decay;
+- LDM's EMA warms up as min(0.9999, (1 + n) / (10 + n)) at its n-th update: train.ema_warmup, the same form;
 - FID protocol: 50,000 samples with 200 DDIM steps against the training images (LDM's table).
 """
 
@@ -46,6 +46,7 @@ def get_config(variant: str = ""):
     t = c.train
     t.batch_size, t.lr, t.weight_decay, t.warmup_steps, t.grad_clip = 48, 9.6e-5, 0.01, 0, 0.0
     t.b1, t.b2, t.ema_decay = 0.9, 0.999, 0.9999
+    t.ema_warmup = True  # LDM's LitEma with use_num_upates=True (its default): min(0.9999, (1 + n) / (10 + n))
     t.num_steps = 168_750
     t.log_every, t.ckpt_every = 500, 5000
     c.sample.method, c.sample.ddim_steps = "ddim", 200

@@ -18,4 +18,8 @@ from training.schema import default_config
 
 def get_config():
     # The sampler and the weighting are separate axes: any sampler combines with any weighting.
-    return default_config(data="digits", model="unet", diffusion="ddpm", sampler="adaptive", weighting="none")
+    c = default_config(data="digits", model="unet", diffusion="ddpm", sampler="adaptive", weighting="none")
+    # EMA warm-up (training/state.py ema_decay_at): a 2,000-step run's EMA would otherwise still weigh the random
+    # initialisation at the end (0.999^2000 = 0.14) and its evaluation curves rise before they fall
+    c.train.ema_warmup = True
+    return c

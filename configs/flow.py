@@ -24,6 +24,7 @@ def get_config(variant: str = ""):
     if parts:
         raise ValueError(f"configs/flow.py:{variant!r} is not a variant: use [PROCESS,][SAMPLER], PROCESS flow or vp")
     c = default_config(data="digits", model="unet", diffusion=process, sampler=sampler, weighting="none")
+    c.train.ema_warmup = True  # as configs/default.py
     c.sample.method = "heun"
     c.sample.ddim_steps = 50  # Heun steps: 99 network evaluations
     c.eval.fid.method = "heun"

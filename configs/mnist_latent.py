@@ -37,6 +37,7 @@ def get_config(variant: str = "dit"):
     if model == "dit":
         c.diffusion.variance = "learned_range"  # DiT: learn_sigma with the hybrid loss
     c.train.batch_size = 64
+    c.train.ema_warmup = True  # as configs/default.py
     c.train.num_steps = 3000
     c.train.lr = 1e-3  # as the digits; 3e-4 left the samples blurrier at 3,000 steps
     c.train.log_every = 100

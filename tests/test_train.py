@@ -2,6 +2,7 @@ import os
 
 import chex
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
@@ -154,3 +155,23 @@ def test_compiled_step_shards_the_sweep_and_has_no_host_round_trips(tiny):
     assert rows and max(rows) == 25, sorted(set(rows))
     for needle in ("infeed", "outfeed", "callback", "host_compute"):
         assert needle not in text.lower(), needle
+
+
+def test_ema_warm_up_follows_its_closed_form(tiny):
+    """train.ema_warmup: the EMA's decay at the n-th update is min(ema_decay, (1 + n) / (10 + n)) (2/11 at the first,
+    LDM's and score_sde's form), in the step itself; without it ema_decay from the first update."""
+    from training.state import ema_decay_at
+
+    steps = (0, 88, 888, 8988, 10**6)
+    for warmup in (True, False):
+        decay_at = ema_decay_at(tiny(**{"train.ema_warmup": warmup}).train)
+        expected = [min(0.999, (2 + s) / (11 + s)) if warmup else 0.999 for s in steps]
+        np.testing.assert_allclose([float(decay_at(jnp.int32(s))) for s in steps], expected, rtol=1e-6)
+    c = tiny(**{"train.ema_warmup": True, "sampler.name": "uniform"})
+    setup = build(c)
+    state = initial_state(setup)
+    ema0 = jax.device_get(state.ema_params)  # the step donates the state's buffers
+    new, _ = setup.step_for(0)(state, setup.example_batch(c.train.batch_size))
+    d = 2 / 11  # against 0.999 without the warm-up
+    hand = jax.tree.map(lambda e, p: d * e + (1 - d) * np.asarray(p), ema0, jax.device_get(new.params))
+    chex.assert_trees_all_close(jax.device_get(new.ema_params), hand, rtol=1e-5, atol=1e-7)

@@ -12,7 +12,7 @@ import optax
 from core.fields import Int, all_mutable
 from samplers.base import StepContext
 from training import rows
-from training.state import TrainState, lr_schedule
+from training.state import TrainState, ema_decay_at, lr_schedule
 
 DIAGNOSTICS_FIELDS = all_mutable(
     dict(
@@ -89,7 +89,7 @@ def make_train_step(
     step that decides on the device whether to do the sampler's periodic update; True / False for a step compiled
     for one kind (Sampler.period)."""
     nbins = config.diagnostics.t_bins
-    decay = config.train.ema_decay
+    decay_at = ema_decay_at(config.train)
     apply = make_apply(model)
     rows_fn = make_rows_fn(model, process, num_shards, constrain, weighting)
     lr_at = lr_schedule(config.train)
@@ -126,6 +126,7 @@ def make_train_step(
         (loss, (mse, extra)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        decay = decay_at(state.step)
         ema = jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, state.ema_params, params)
 
         ctx = StepContext(
