@@ -1,7 +1,17 @@
 """Timestep samplers, registered by name (SAMPLERS). Adding one: a module with a Sampler subclass registered with
 `@SAMPLERS.register`, declaring its own config fields (README: adding a part); import it here to ship it."""
 
-from samplers import adaptive, antithetic, grad_variance, logitnormal, lognormal, loss_second_moment, speed, uniform
+from samplers import (
+    adaptive,
+    adaptive_noise,
+    antithetic,
+    grad_variance,
+    logitnormal,
+    lognormal,
+    loss_second_moment,
+    speed,
+    uniform,
+)
 from samplers.base import SAMPLERS, Sampler, StepContext, TableSampler
 
 
@@ -18,6 +28,7 @@ __all__ = [
     "SAMPLERS",
     "make_sampler",
     "adaptive",
+    "adaptive_noise",
     "antithetic",
     "grad_variance",
     "logitnormal",

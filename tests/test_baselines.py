@@ -219,7 +219,48 @@ def test_loss_second_moment_history_probabilities_and_weights_by_hand():
     np.testing.assert_allclose(np.asarray(weights), 1 / (n * p[np.asarray(t)]), rtol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["loss_second_moment", "grad_variance"])
+def test_adaptive_noise_histogram_density_and_weights_by_hand():
+    """Kingma & Gao's adaptive noise schedule: log-SNR bins of the chain, each bin's running mean of the loss, the
+    density q_b / n_b mixed with uniform, weights 1 / (T p(t))."""
+    nb, d = 4, 0.5
+    c = config(
+        **{"sampler.name": "adaptive_noise", "sampler.adaptive_noise.num_bins": nb, "sampler.adaptive_noise.decay": d}
+    )
+    process = DDPM(make_schedule("linear", T))
+    sampler = make_sampler(c.sampler, process, c.train.batch_size)
+    ab = np.array([alpha_bar_by_hand("linear", t) for t in range(T)])
+    lam = np.log(ab / (1 - ab))
+    edges = np.linspace(lam.min(), lam.max(), nb + 1)
+    bins = np.clip(np.searchsorted(edges, lam, side="right") - 1, 0, nb - 1)
+    np.testing.assert_array_equal(np.asarray(sampler.bin_of), bins)
+    n_b = np.bincount(bins, minlength=nb)
+    update = jax.jit(
+        lambda s, t, losses: sampler.update(s, StepContext(None, None, None, t, None, losses, None, None, None))
+    )
+    state = sampler.init(None, None)
+    rng = np.random.default_rng(0)
+    mean, seen = np.zeros(nb), np.zeros(nb, bool)
+    for i in range(4):
+        t = rng.integers(0, T, 16) if i else np.array([0] * 8 + [T - 1] * 8)  # two bins only at first
+        loss = rng.uniform(0.1, 2.0, 16)
+        state, _ = update(state, jnp.asarray(t, jnp.int32), jnp.asarray(loss, jnp.float32))
+        for b in range(nb):
+            here = bins[t] == b
+            if here.any():
+                mean[b] = d * mean[b] + (1 - d) * loss[here].mean() if seen[b] else loss[here].mean()
+                seen[b] = True
+        np.testing.assert_allclose(np.asarray(state["mean"]), mean, rtol=1e-6)
+        p = np.asarray(sampler.probabilities(state), np.float64)
+        if i == 0:
+            np.testing.assert_allclose(p, 1 / T, rtol=1e-6)  # uniform until every bin is seen
+    assert seen.all()
+    q = 0.999 * mean / mean.sum() + 0.001 * n_b / T
+    np.testing.assert_allclose(p, q[bins] / n_b[bins], rtol=1e-5)
+    t, weights, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(0), jnp.zeros((64, 1)))
+    np.testing.assert_allclose(np.asarray(weights), 1 / (T * p[np.asarray(t)]), rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["loss_second_moment", "grad_variance", "adaptive_noise"])
 def test_importance_weighted_loss_is_an_unbiased_estimate_of_the_uniform_loss(name):
     c = config(**{"sampler.name": name, "sampler.grad_variance.importance_weights": True})
     sampler = make_sampler(c.sampler, DDPM(make_schedule("linear", T)), c.train.batch_size)
@@ -230,6 +271,8 @@ def test_importance_weighted_loss_is_an_unbiased_estimate_of_the_uniform_loss(na
             history=jnp.asarray(np.repeat(loss[:, None], 10, 1) * np.linspace(0.5, 1.5, 10), jnp.float32),
             count=jnp.full((T,), 10, jnp.int32),
         )
+    elif name == "adaptive_noise":
+        state = dict(mean=jnp.asarray(np.linspace(0.1, 8.0, 100) ** 2, jnp.float32), seen=jnp.ones((100,), bool))
     else:
         state = dict(
             ema=jnp.asarray(np.linspace(5.0, 0.1, 20) ** 2, jnp.float32), updates=jnp.int32(3), last=jnp.zeros(20)
