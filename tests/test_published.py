@@ -58,6 +58,16 @@ def test_published_config_has_the_published_model_and_its_step_compiles(
     assert report["flops"] > 1e12 and report["argument_bytes"] > 4 * params // 8  # the state, sharded or not
 
 
+@pytest.mark.parametrize("sampler", ["uniform", "adaptive"])
+def test_the_gpu_presets_mnist_config_builds(sampler):
+    """benchmarks/device.sh runs configs/mnist_unet.py on a GPU only: it must at least build here (the learned
+    sampler's probe and the 28 -> 14 -> 7 UNet on 8 devices)."""
+    from configs import mnist_unet
+
+    setup = build(mnist_unet.get_config(sampler))
+    assert setup.config.data.image_size == 28 and setup.config.sampler.name == sampler
+
+
 @pytest.mark.parametrize("module", [celebahq_ldm, imagenet256_uvit, ffhq_dit, imagenet256_sit, cifar10_flow])
 def test_a_published_config_refuses_an_unknown_variant_in_one_line(module):
     with pytest.raises(ValueError) as e:
