@@ -82,18 +82,25 @@ def check_time_domain(config):
                 f"defined on discrete timesteps; use one of {ok}"
             )
     if config.diffusion.get("schedule") == "learned":
-        bad = [
-            (f"config.sampler.name={config.sampler.name!r}", "uniform, antithetic or adaptive")
-            if config.sampler.name not in ("uniform", "antithetic", "adaptive")
-            else None,
-            (f"config.weighting.name={config.weighting.name!r}", "none (the loss is the ELBO itself)")
-            if config.weighting.name != "none"
-            else None,
-            ("config.sampler.adaptive.sweep_grid='geometric'", "even")
-            if config.sampler.name == "adaptive" and config.sampler.adaptive.sweep_grid == "geometric"
-            else None,
+        s = config.sampler
+        rules = [  # (refused, what, what is allowed)
+            (
+                s.name not in ("uniform", "antithetic", "adaptive"),
+                f"config.sampler.name={s.name!r}",
+                "uniform, antithetic or adaptive",
+            ),
+            (
+                config.weighting.name != "none",
+                f"config.weighting.name={config.weighting.name!r}",
+                "none (the loss is the ELBO itself)",
+            ),
+            (
+                s.name == "adaptive" and s.adaptive.sweep_grid == "geometric",
+                "config.sampler.adaptive.sweep_grid='geometric'",
+                "even",
+            ),
         ]
-        for what, allowed in filter(None, bad):
+        for what, allowed in [(w, a) for refused, w, a in rules if refused]:
             raise ConfigError(
                 f"{what} is not allowed with config.diffusion.schedule='learned': the learned schedule has no "
                 f"inverse to map noise levels to times; use {allowed}"

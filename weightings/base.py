@@ -14,6 +14,7 @@ Kingma & Gao 2023 write every objective as the product of the two).
 
 from typing import Any, Dict
 
+import jax.numpy as jnp
 import numpy as np
 
 from core.registry import NESTED, Registry
@@ -37,6 +38,13 @@ class Weighting:
     def of_path(cls, cfg, alpha, sigma, c1, c2):
         """w [B] in continuous time (module docstring)."""
         raise NotImplementedError
+
+
+def per_target(num, alpha, sigma, c1, c2):
+    """num / (c1 sigma - c2 alpha)^2 (num / (F sigma^2): a weighting on the x0-MSE times sigma^2, carried to the
+    target's MSE; module docstring), 1 where that denominator is 0. jnp, [B]."""
+    den = (c1 * sigma - c2 * alpha) ** 2
+    return jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 1.0)
 
 
 def snr(process) -> np.ndarray:

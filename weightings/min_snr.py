@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.fields import Num
-from weightings.base import WEIGHTINGS, Weighting, snr
+from weightings.base import WEIGHTINGS, Weighting, per_target, snr
 
 
 def min_snr_weights(s: np.ndarray, gamma: float, target: str) -> np.ndarray:
@@ -37,6 +37,4 @@ class MinSNR(Weighting):
 
     @classmethod
     def of_path(cls, cfg, alpha, sigma, c1, c2):
-        den = (c1 * sigma - c2 * alpha) ** 2
-        num = jnp.minimum(alpha**2, cfg.gamma * sigma**2)
-        return jnp.where(den > 0, num / jnp.where(den > 0, den, 1.0), 1.0)
+        return per_target(jnp.minimum(alpha**2, cfg.gamma * sigma**2), alpha, sigma, c1, c2)

@@ -11,7 +11,7 @@ objective as P2 on eps); 1 where the denominator is 0.
 import jax.numpy as jnp
 
 from core.fields import Num
-from weightings.base import WEIGHTINGS, Weighting, snr
+from weightings.base import WEIGHTINGS, Weighting, per_target, snr
 
 
 @WEIGHTINGS.register
@@ -28,7 +28,5 @@ class P2(Weighting):
 
     @classmethod
     def of_path(cls, cfg, alpha, sigma, c1, c2):
-        den = (c1 * sigma - c2 * alpha) ** 2
-        s2 = jnp.where(sigma > 0, sigma**2, 1.0)
-        snr = jnp.where(sigma > 0, alpha**2 / s2, jnp.inf)
-        return jnp.where(den > 0, alpha**2 / ((cfg.k + snr) ** cfg.gamma * jnp.where(den > 0, den, 1.0)), 1.0)
+        s = jnp.where(sigma > 0, alpha**2 / jnp.where(sigma > 0, sigma**2, 1.0), jnp.inf)
+        return per_target(alpha**2 / (cfg.k + s) ** cfg.gamma, alpha, sigma, c1, c2)
