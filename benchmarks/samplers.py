@@ -5,12 +5,24 @@ seed, at equal steps, then evaluate each with --mode=eval, and write a markdown 
     python benchmarks/samplers.py --runs=uniform,adaptive --seeds=0 --set train.num_steps=200   # a quick look
     python benchmarks/samplers.py --config=configs/flow.py --runs=uniform,logitnormal,adaptive,adaptive/reward=bound
 
+    python benchmarks/samplers.py --horizon_of=WORKDIR     # where a long uniform run's test bound stops improving
+
 A run is SAMPLER[+WEIGHTING][/FIELD=VALUE...] (config.sampler.name, config.weighting.name, and fields of the
 sampler's own sub-config, config.sampler.SAMPLER.FIELD); `uniform` must be one of them. --config (default
 configs/default.py; FILE:ARG as main.py takes it) is the config every run starts from.
 Each run is `python main.py` in OUT/RUN_seedS (periodic evaluation every --every steps, the same for all runs), then
 `python main.py --mode=eval` on its final checkpoint. A finished run (its eval JSON exists) is not run again, so an
-interrupted benchmark continues where it stopped.
+interrupted benchmark continues where it stopped (an interrupted run resumes from its last checkpoint). Runs go
+seed by seed (every run of seed 0 first), so that a partial benchmark already has complete pairs. With --jobs=N, N
+runs go at once, each pinned to its own share of the CPU cores (os.sched_setaffinity: one XLA device per core it
+has); every run then trains under the same conditions, and wall-clock columns compare between runs of one
+benchmark, not with a --jobs=1 benchmark. Each run's wall-clock (train and eval) is kept in its bench_seconds.json;
+the table gives their sum.
+
+Horizon (--horizon_of=WORKDIR, a long uniform run with periodic evaluation): the first periodic evaluation after
+which the bound estimate never falls by more than --tol bits/dim below its value there (the estimate uses the same
+test images, timesteps and noise at every evaluation, so what moves it is the model), provided the run went on to at
+least 1.5 H (else the run is too short to tell). Prints the curve and H.
 
 Written to OUT: samplers.md (the table) and samplers.png (the curves). Columns:
 - final test bits/dim: --mode=eval's full bound (all T timesteps, all 297 test images, EMA), mean +- sample standard
@@ -63,10 +75,14 @@ def parse_runs(text):
     return runs
 
 
-def run_one(out, name, sampler, weighting, seed, args):
+def workdir_of(out, name, seed):
+    return os.path.join(out, f"{name.replace('/', '__').replace('=', '-')}_seed{seed}")
+
+
+def run_one(out, name, sampler, weighting, seed, args, cores=None):
+    """Train and evaluate one run in its workdir (skipped when its eval exists), on `cores` (None: all)."""
     weighting, settings = weighting
-    safe = name.replace("/", "__").replace("=", "-")
-    wd = os.path.join(out, f"{safe}_seed{seed}")
+    wd = workdir_of(out, name, seed)
     evals = os.path.join(wd, "eval")
     done = os.path.isdir(evals) and any(f.startswith("step_") and f.endswith(".json") for f in os.listdir(evals))
     if done:
@@ -84,6 +100,7 @@ def run_one(out, name, sampler, weighting, seed, args):
         + [f"--config.sampler.{sampler}.{s}" for s in settings]
         + [f"--config.{s}" for s in args.set]
     )
+    seconds = {}
     for mode in ("train", "eval"):
         t0 = time.perf_counter()
         r = subprocess.run(
@@ -92,7 +109,9 @@ def run_one(out, name, sampler, weighting, seed, args):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
+            preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores),
         )
+        seconds[mode] = time.perf_counter() - t0
         with open(os.path.join(wd, f"{mode}.log"), "w") as f:
             f.write(r.stdout)
         if r.returncode:
@@ -100,20 +119,72 @@ def run_one(out, name, sampler, weighting, seed, args):
                 f"error: {name} seed {seed} --mode={mode} failed (exit {r.returncode}); log: {wd}/{mode}.log\n"
                 + r.stdout[-2000:]
             )
-        print(f"{name} seed {seed}: {mode} {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"{name} seed {seed}: {mode} {seconds[mode]:.0f} s", flush=True)
+    path = os.path.join(wd, "bench_seconds.json")
+    if os.path.exists(path):  # a resumed run: add this invocation's time to the earlier ones'
+        with open(path) as f:
+            seconds = {k: v + seconds.get(k, 0.0) for k, v in json.load(f).items()}
+    with open(path, "w") as f:
+        json.dump(seconds, f)
     return wd
 
 
-def load(wd):
+def run_all(out, runs, seeds, args):
+    """Every (run, seed) not yet done, seed by seed, args.jobs at a time, each job on its own share of the cores."""
+    import queue
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(name, s, w, seed) for seed in seeds for name, s, w in runs]
+    if args.jobs == 1:
+        for name, s, w, seed in jobs:
+            run_one(out, name, s, w, seed, args)
+        return
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < args.jobs:
+        sys.exit(f"error: --jobs={args.jobs} needs at least as many CPU cores; this process may use {len(cores)}")
+    shares = queue.Queue()
+    for i in range(args.jobs):
+        shares.put(set(cores[i :: args.jobs]))
+
+    def job(spec):
+        share = shares.get()
+        try:
+            return run_one(out, *spec, args, cores=share)
+        finally:
+            shares.put(share)
+
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for f in [pool.submit(job, j) for j in jobs]:
+            f.result()
+
+
+def horizon(steps, bpd, tol):
+    """The first step whose estimate no later one undercuts by more than tol, or None when the run did not go on to
+    1.5 times that step (module docstring)."""
+    later_min = np.minimum.accumulate(bpd[::-1])[::-1]
+    h = int(steps[np.nonzero(later_min >= bpd - tol)[0][0]])
+    return h if steps[-1] >= 1.5 * h else None
+
+
+def print_horizon(workdir, tol):
+    d = load_curve(workdir)
+    h = horizon(d["steps"], d["bpd"], tol)
+    for s, b, f in zip(d["steps"], d["bpd"], d["fid"] if d["fid"] is not None else [None] * len(d["steps"])):
+        print(f"{s:>7} {b:.4f}" + ("" if f is None else f" {f:.3f}") + ("   <- horizon" if s == h else ""))
+    if h is None:
+        print(f"no horizon yet ({d['bpd_key']}, tol {tol} bits/dim): train longer (the run must reach 1.5 H)")
+    else:
+        print(f"horizon ({d['bpd_key']}, tol {tol} bits/dim): {h} steps")
+
+
+def load_curve(wd):
+    """The periodic evaluations of a run's metrics.jsonl."""
     from training.report import read_metrics
 
     rows = read_metrics(os.path.join(wd, "metrics.jsonl"))
     key = next(k for r in rows for k in r if k.startswith("periodic/bpd_T"))
     fid_key = next((k for r in rows for k in r if k.startswith("periodic/fid_N")), None)
     per = [r for r in rows if key in r]
-    evals = sorted(f for f in os.listdir(os.path.join(wd, "eval")) if f.startswith("step_") and f.endswith(".json"))
-    with open(os.path.join(wd, "eval", evals[-1])) as f:
-        ev = json.load(f)
     last = [r for r in rows if "train_seconds" in r][-1]
     return dict(
         steps=np.array([r["step"] for r in per]),
@@ -121,11 +192,25 @@ def load(wd):
         fid=np.array([r.get(fid_key, np.nan) for r in per]) if fid_key else None,
         train_s=np.array([r["train_seconds"] for r in per]),
         total_s=last["train_seconds"],
+        bpd_key=key,
+        fid_key=fid_key,
+    )
+
+
+def load(wd):
+    evals = sorted(f for f in os.listdir(os.path.join(wd, "eval")) if f.startswith("step_") and f.endswith(".json"))
+    with open(os.path.join(wd, "eval", evals[-1])) as f:
+        ev = json.load(f)
+    bench, seconds = {}, os.path.join(wd, "bench_seconds.json")
+    if os.path.exists(seconds):
+        with open(seconds) as f:
+            bench = json.load(f)
+    return dict(
+        load_curve(wd),
+        bench_s=sum(bench.values()),
         final_bpd=ev["nll_bpd"]["value"],
         fid_final=ev["fid"].get("fid"),
         kid_final=ev["fid"].get("kid"),
-        bpd_key=key,
-        fid_key=fid_key,
         eval=ev,
     )
 
@@ -207,6 +292,13 @@ def table(results, runs, seeds, config):
         f"{ev['fid'].get('test_split', {}).get('fid', float('nan')):.3f}. Curves: periodic evaluation "
         f"({some['bpd_key']}, {some['fid_key']}) every {every} steps.",
     ]
+    total = sum(d["bench_s"] for ds in results.values() for d in ds)
+    if total:
+        lines += [
+            "",
+            f"Compute: the runs' wall-clock (train and eval, bench_seconds.json) sums to {total / 3600:.2f} h "
+            "(with --jobs=N the benchmark's elapsed time is about 1/N of it).",
+        ]
     return "\n".join(lines)
 
 
@@ -243,6 +335,9 @@ def main():
     ap.add_argument("--seeds", default="0,1")
     ap.add_argument("--every", type=int, default=250, help="periodic evaluation interval (steps)")
     ap.add_argument("--out", default=os.path.join(ROOT, "workdirs", "bench_samplers"))
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time, each on its own share of the cores")
+    ap.add_argument("--horizon_of", default="", help="print where this run's bound estimate stops improving")
+    ap.add_argument("--tol", type=float, default=0.01, help="bits/dim, for --horizon_of")
     ap.add_argument(
         "--set",
         action="append",
@@ -251,11 +346,14 @@ def main():
         help="a config override for every run, e.g. train.num_steps=500 (repeatable)",
     )
     args = ap.parse_args()
+    if args.horizon_of:
+        return print_horizon(args.horizon_of, args.tol)
     runs = parse_runs(args.runs)
     seeds = [int(s) for s in args.seeds.split(",")]
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
-    results = {name: [load(run_one(args.out, name, s, w, seed, args)) for seed in seeds] for name, s, w in runs}
+    run_all(args.out, runs, seeds, args)
+    results = {name: [load(workdir_of(args.out, name, seed)) for seed in seeds] for name, _, _ in runs}
     md = table(results, runs, seeds, args.config)
     with open(os.path.join(args.out, "samplers.md"), "w") as f:
         f.write(md + "\n")

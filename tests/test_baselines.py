@@ -375,7 +375,8 @@ def test_out_of_range_parameters_are_refused_naming_the_field(field, value, need
 
 def test_unknown_weighting_lists_the_registered_ones():
     with pytest.raises(
-        ConfigError, match="config.weighting.name='p3' is not allowed: must be one of min_snr, none, p2, speed"
+        ConfigError,
+        match="config.weighting.name='p3' is not allowed: must be one of min_snr, none, p2, speed, uncertainty",
     ):
         validate(tiny_config(**{"weighting.name": "p3"}))
 
@@ -393,3 +394,81 @@ def test_cifar10_variants_are_one_config_with_the_named_method():
     assert (base.diffusion.schedule, base.sampler.name) == ("quad", "adaptive")
     with pytest.raises(ValueError, match="METHOD one of uniform, p2"):
         cifar10.get_config("linear,p3")
+
+
+# -- EDM2's learned uncertainty weighting (weightings/uncertainty.py) -----------------------------------------------
+
+
+def test_uncertainty_weighting_by_hand():
+    """u = <w / |w|, sqrt(2) cos(2 pi (nu c + phi))> with c = -log SNR / 8 (EDM2's ln(sigma) / 4), the features from
+    default_rng(seed); loss = mse exp(-u) + u; w(t) itself is 1. Discrete (log SNR from the chain) and continuous
+    (a flow at t = 0.25: SNR = 9)."""
+    from diffusion.flow import Flow
+
+    c = config(**{"weighting.name": "uncertainty", "weighting.uncertainty.channels": 16})
+    applied = make_weighting(c.weighting, make_process(c.diffusion))
+    params = applied.init_params(jax.random.PRNGKey(3), {"params": {}})
+    assert set(params) == {"params", "weighting"} and params["weighting"]["w"].shape == (16,)
+    w = np.asarray(params["weighting"]["w"], np.float64)
+    rng = np.random.default_rng(0)
+    nu, phi = rng.standard_normal(16), rng.random(16)
+
+    def u_by_hand(logsnr):
+        return math.sqrt(2) * np.cos(2 * math.pi * (-logsnr / 8 * nu + phi)) @ (w / np.linalg.norm(w))
+
+    mse = np.array([0.9, 0.3, 0.05, 0.02, 1.5])
+    u = np.array(
+        [u_by_hand(math.log(alpha_bar_by_hand("linear", t) / (1 - alpha_bar_by_hand("linear", t)))) for t in TS]
+    )
+    got = np.asarray(applied.loss(params, jnp.array(TS), jnp.asarray(mse, jnp.float32)))
+    np.testing.assert_allclose(got, mse * np.exp(-u) + u, rtol=2e-5, atol=2e-5)
+    np.testing.assert_array_equal(np.asarray(applied(jnp.array(TS))), 1.0)
+
+    flow = make_weighting(c.weighting, Flow())
+    got = float(flow.loss(params, jnp.array([0.25]), jnp.array([0.4]))[0])
+    u = u_by_hand(math.log(9.0))
+    assert got == pytest.approx(0.4 * math.exp(-u) + u, rel=1e-5, abs=1e-5)
+
+
+def test_uncertainty_learns_the_log_of_each_levels_loss():
+    """Minimising mse exp(-u) + u over the weighting's parameters alone gives exp(u(t)) = mse(t) (the minimiser of
+    m e^-u + u): EDM2's normalisation by each noise level's expected loss."""
+    import optax
+
+    c = config(**{"weighting.name": "uncertainty", "diffusion.num_timesteps": 100, "sampler.name": "uniform"})
+    process = make_process(c.diffusion)
+    applied = make_weighting(c.weighting, process)
+    params = applied.init_params(jax.random.PRNGKey(0), {})
+    t = jnp.arange(100)
+    m = jnp.asarray(0.5 * (1 - process.schedule.np64["alphas_cumprod"]) + 0.01, jnp.float32)
+    tx = optax.adam(0.05)
+
+    @jax.jit
+    def step(params, opt):
+        g = jax.grad(lambda q: jnp.mean(applied.loss(q, t, m)))(params)
+        u, opt = tx.update(g, opt)
+        return optax.apply_updates(params, u), opt
+
+    opt = tx.init(params)
+    before = np.asarray(jnp.exp(applied.logvar(params, t)) / m)
+    for _ in range(2000):
+        params, opt = step(params, opt)
+    ratio = np.asarray(jnp.exp(applied.logvar(params, t)) / m)
+    assert np.abs(np.log(before)).max() > 1.0  # it had to move
+    np.testing.assert_allclose(ratio, 1.0, atol=0.02)
+
+
+def test_uncertainty_weighting_trains_in_the_step_and_resumes_exactly(tmp_path):
+    """Its parameters are a collection of the train state (optimizer, EMA, checkpoint): the step moves them,
+    and a real orbax checkpoint resumes exactly."""
+    import chex
+
+    from conftest import full_and_resumed
+    from training.setup import initial_state
+
+    c = config(**{"weighting.name": "uncertainty", "sampler.name": "uniform"})
+    setup, full, resumed = full_and_resumed(c, tmp_path)
+    chex.assert_trees_all_equal(full, resumed)
+    assert "weighting" in full.params and "weighting" in full.ema_params
+    init = jax.device_get(initial_state(setup).params["weighting"]["w"])
+    assert np.abs(full.params["weighting"]["w"] - init).max() > 1e-4

@@ -131,7 +131,9 @@ def build(config) -> Setup:
     )
     raw = make_step(None)
     shape = image_shape(c.data, c.train.batch_size)
-    abstract = jax.eval_shape(lambda k: init_state(model, tx, sampler, k, shape, process), jax.random.PRNGKey(0))
+    abstract = jax.eval_shape(
+        lambda k: init_state(model, tx, sampler, k, shape, process, weighting), jax.random.PRNGKey(0)
+    )
     state_sh = state_shardings(abstract, mesh, c.mesh.shard_params)
     setup = Setup(
         c, mesh, process, model, sampler, weighting, tx, raw, None, make_step, abstract, state_sh, batch_sharding(mesh)
@@ -155,7 +157,7 @@ def initial_state(setup: Setup):
     c = setup.config
     shape = setup.batch_shape(c.train.batch_size)
     init = jax.jit(
-        lambda k: init_state(setup.model, setup.tx, setup.sampler, k, shape, setup.process),
+        lambda k: init_state(setup.model, setup.tx, setup.sampler, k, shape, setup.process, setup.weighting),
         out_shardings=setup.state_shardings,
     )
     return init(jax.random.PRNGKey(c.seed))

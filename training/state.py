@@ -84,10 +84,11 @@ def image_shape(data_cfg, batch: int):
     return (batch, data_cfg.image_size, data_cfg.image_size, data_cfg.channels)
 
 
-def init_state(model, tx, sampler, key, batch_shape, process=None) -> TrainState:
+def init_state(model, tx, sampler, key, batch_shape, process=None, weighting=None) -> TrainState:
     """Build the train state from a key (pure: jit it with out_shardings to initialise in place). batch_shape: one
     global batch's [B, H, W, C]. A process with parameters of its own (a learned noise schedule) adds them to the
-    model's variables (process.init_params), from a key of their own."""
+    model's variables (process.init_params), from a key of their own; so does a learned loss weighting
+    (weighting.init_params, weightings/uncertainty.py)."""
     k_model, k_sampler, k_rng = jax.random.split(key, 3)
     x = jnp.zeros(batch_shape, jnp.float32)
     t = jnp.zeros((x.shape[0],), jnp.int32)
@@ -95,6 +96,8 @@ def init_state(model, tx, sampler, key, batch_shape, process=None) -> TrainState
     params = model.init(k_model, x[:1], t[:1], y)
     if process is not None and hasattr(process, "init_params"):
         params = process.init_params(jax.random.fold_in(key, 0x5C4ED), params)
+    if weighting is not None and hasattr(weighting, "init_params"):
+        params = weighting.init_params(jax.random.fold_in(key, 0x3E16), params)
     return TrainState(
         step=jnp.zeros((), jnp.int32),
         params=params,

@@ -72,7 +72,7 @@ def make_rows_fn(model, process, num_shards: int = 1, constrain=rows.same, weigh
             bound = process.bind(params)
             if loss:
                 mse, extra = bound.example_losses(fn, *chunk[:3])
-                return weighting(chunk[1]) * mse + extra
+                return weighting.loss(params, chunk[1], mse) + extra
             return bound.row_terms(fn, *chunk[:3], kl_only=kl_only)
 
         data = (x0, t, noise) if y is None else (x0, t, noise, y)
@@ -104,9 +104,10 @@ def make_train_step(
         return bound.example_losses(lambda xt, tt: apply(params, xt, tt, dropout_key, y), x0, t, noise)
 
     def example_loss_fn(params, x0, t, noise, dropout_key, y=None):
-        """Each example's objective before any importance weight, w(t) * MSE + extra: [B]."""
+        """Each example's objective before any importance weight, w(t) * MSE + extra: [B] (a learned weighting's
+        own form, weightings/uncertainty.py)."""
         mse, extra = example_losses(params, x0, t, noise, dropout_key, y)
-        return weighting(t) * mse + extra
+        return weighting.loss(params, t, mse) + extra
 
     def train_step(state: TrainState, batch):
         data, labels = split_batch(batch)
@@ -114,16 +115,16 @@ def make_train_step(
         key = jax.random.fold_in(state.rng, state.step)
         k_t, k_noise, k_drop, k_sampler = jax.random.split(key, 4)
         t, w_sampler, aux = sampler.sample(state.sampler_state, k_t, x0)
-        w_t = weighting(t)
         noise = jax.random.normal(k_noise, x0.shape, jnp.float32)
         # label dropout from its own stream (fold_in), so that unconditional runs keep their random numbers
         y = drop_labels(jax.random.fold_in(key, 0xC1A55), labels, num_classes, label_rate) if num_classes else None
 
         def loss_fn(params):
             mse, extra = example_losses(params, x0, t, noise, k_drop, y)
-            return jnp.mean(w_sampler * (w_t * mse + extra)), (mse, extra)
+            objective = weighting.loss(params, t, mse) + extra  # w(t) MSE + extra (a learned weighting's own form)
+            return jnp.mean(w_sampler * objective), (mse, objective)
 
-        (loss, (mse, extra)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        (loss, (mse, objective)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         decay = decay_at(state.step)
@@ -136,7 +137,7 @@ def make_train_step(
             y=labels if num_classes else None,
             t=t,
             aux=aux,
-            losses=w_t * mse + extra,
+            losses=objective,
             params_before=state.params,
             params_after=params,
             rows_fn=rows_fn,

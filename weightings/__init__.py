@@ -2,26 +2,48 @@
 section 3).
 
 A weighting is a Weighting subclass with its own config fields and `table(cfg, process)` -> w [T] float64,
-computed once on the host; in the step the per-example loss is sampler_weight * w(t) * MSE. Adding one: a module
-registered with `@WEIGHTINGS.register` (README: adding a part); import it here to ship it.
+computed once on the host; in the step the per-example loss is sampler_weight * w(t) * MSE. A weighting with
+parameters of its own (uncertainty: EDM2's learned log-variance) defines `applied(cfg, process)`, an object with the
+same interface whose `loss` reads its parameters from the model's variables and whose `init_params` adds them.
+Adding one: a module registered with `@WEIGHTINGS.register` (README: adding a part); import it here to ship it.
 """
 
 import jax.numpy as jnp
 
-from weightings import min_snr, none, p2, speed
+from weightings import min_snr, none, p2, speed, uncertainty
 from weightings.base import WEIGHTINGS, Weighting
 
 
+class FixedWeighting:
+    """A weighting without parameters, applied: w = fn(t [B]) -> [B] float32, and the weighted loss of each example
+    loss(params, t, mse) = w(t) mse (params unused)."""
+
+    learned = False
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, t):
+        return self.fn(t)
+
+    def loss(self, params, t, mse):
+        return self.fn(t) * mse
+
+
 def make_weighting(weighting_cfg, process):
-    """fn(t [B] int32) -> w [B] float32 for the weighting config.weighting names."""
+    """The weighting config.weighting names, applied to the process: w(t [B]) -> [B] float32 and loss(params, t,
+    mse) -> [B], the per-example objective before the sampler's importance weight (FixedWeighting; a learned one's
+    `applied`)."""
     cls = WEIGHTINGS[weighting_cfg.name]
+    own = WEIGHTINGS.own_config(weighting_cfg)
     if getattr(process, "learned_schedule", False):  # validation allows only "none" with a learned schedule
-        return lambda t: jnp.ones(jnp.shape(t), jnp.float32)
+        return FixedWeighting(lambda t: jnp.ones(jnp.shape(t), jnp.float32))
+    if hasattr(cls, "applied"):
+        return cls.applied(own, process)
     if not process.discrete:
-        own = WEIGHTINGS.own_config(weighting_cfg)
-        return lambda t: cls.of_path(own, *process.path_coefs(t)).astype(jnp.float32)
-    table = jnp.asarray(cls.table(WEIGHTINGS.own_config(weighting_cfg), process), jnp.float32)
-    return lambda t: table[t]
+        return FixedWeighting(lambda t: cls.of_path(own, *process.path_coefs(t)).astype(jnp.float32))
+    table = jnp.asarray(cls.table(own, process), jnp.float32)
+    return FixedWeighting(lambda t: table[t])
 
 
-__all__ = ["Weighting", "WEIGHTINGS", "make_weighting", "min_snr", "none", "p2", "speed"]
+__all__ = ["Weighting", "WEIGHTINGS", "make_weighting", "min_snr", "none", "p2", "speed", "uncertainty"]
