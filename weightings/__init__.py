@@ -18,8 +18,6 @@ class FixedWeighting:
     """A weighting without parameters, applied: w = fn(t [B]) -> [B] float32, and the weighted loss of each example
     loss(params, t, mse) = w(t) mse (params unused)."""
 
-    learned = False
-
     def __init__(self, fn):
         self.fn = fn
 

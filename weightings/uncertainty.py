@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.fields import Int
-from weightings.base import WEIGHTINGS, Weighting
+from weightings.base import WEIGHTINGS, Weighting, snr
 
 LAMBDA_CLIP = 30.0
 
@@ -53,17 +53,14 @@ def fourier_features(c, nu, phi):
 class LearnedUncertainty:
     """The applied weighting (weightings.make_weighting): loss(params, t, mse) = mse / exp(u(t)) + u(t)."""
 
-    learned = True
-
     def __init__(self, cfg, process):
         rng = np.random.default_rng(cfg.seed)
         self.nu = jnp.asarray(rng.standard_normal(cfg.channels), jnp.float32)
         self.phi = jnp.asarray(rng.random(cfg.channels), jnp.float32)
         self.channels = cfg.channels
         if process.discrete:
-            ab = process.schedule.np64["alphas_cumprod"]
             with np.errstate(divide="ignore"):
-                lam = np.log(ab) - np.log1p(-ab)
+                lam = np.log(snr(process))
             table = jnp.asarray(np.clip(lam, -LAMBDA_CLIP, LAMBDA_CLIP), jnp.float32)
             self.logsnr = lambda t: table[t]
         else:
@@ -95,14 +92,6 @@ class Uncertainty(Weighting):
         channels=Int(128, 1, note="(EDM2's logvar_channels: 128)"),
         seed=Int(0, 0),  # of the fixed random Fourier features
     )
-
-    @classmethod
-    def table(cls, cfg, process):
-        return np.ones(process.num_timesteps)  # w(t) before the uncertainty (module docstring)
-
-    @classmethod
-    def of_path(cls, cfg, alpha, sigma, c1, c2):
-        return jnp.ones_like(alpha)
 
     @classmethod
     def applied(cls, cfg, process):
