@@ -102,6 +102,12 @@ class ContinuousProcess:
         a, s, da, ds = self.coefs(t)
         return (a, s) + self.target_coefs(a, s, da, ds)
 
+    def x0_mse_factor(self, t):
+        """F(t) [B]: the target's MSE is F times the x0-MSE at the same x_t, (c1 sigma - c2 alpha)^2 / sigma^2
+        (weightings/base.py; eps: SNR, velocity: 1 / t^2 for flow matching)."""
+        a, s, c1, c2 = self.path_coefs(t)
+        return (c1 * s - c2 * a) ** 2 / s**2
+
     def time_bins(self, t, num_bins: int):
         return jnp.clip(jnp.floor(t * num_bins), 0, num_bins - 1).astype(jnp.int32)
 

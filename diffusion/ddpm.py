@@ -115,6 +115,27 @@ class DDPM:
     def num_timesteps(self) -> int:
         return self.schedule.num_timesteps
 
+    def logsnr_np(self) -> np.ndarray:
+        """log SNR of every step, log(alpha_bar / (1 - alpha_bar)): [T] float64 (-inf at a zero-terminal step)."""
+        ab = self.schedule.np64["alphas_cumprod"]
+        with np.errstate(divide="ignore"):
+            return np.log(ab) - np.log1p(-ab)
+
+    def noise_levels_np(self) -> np.ndarray:
+        """The noise coefficient of every step, sqrt(1 - alpha_bar): [T] float64."""
+        return self.schedule.np64["sqrt_one_minus_alphas_cumprod"]
+
+    def logsnr(self, t):
+        """log SNR of steps t [B]: float32 [B] (-inf at a zero-terminal step)."""
+        ab = self.schedule.alphas_cumprod[t]
+        return jnp.log(ab) - jnp.log1p(-ab)
+
+    def x0_mse_factor(self, t):
+        """F(t) [B] float32: the target's MSE is F times the x0-MSE at the same x_t (eps: SNR; x0: 1; v: SNR + 1;
+        weightings/base.py)."""
+        snr = self.schedule.alphas_cumprod[t] / (1.0 - self.schedule.alphas_cumprod[t])
+        return {"eps": snr, "x0": jnp.ones_like(snr), "v": snr + 1.0}[self.target]
+
     def time_bins(self, t, num_bins: int):
         """The bin of each timestep among num_bins equal bins of the time domain (histograms, diagnostics)."""
         return t * num_bins // self.num_timesteps

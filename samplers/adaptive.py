@@ -38,7 +38,9 @@ sweep grid has as many times as the discrete one would on T = config.diffusion.g
 first and last midpoints (geometric in SNR; t = 0 and 1 are left out, where a flow's log SNR is infinite). S starts
 at the first |S| grid times. The reward (`reward`): "bound" is the reduction of the bound's terms at S, on the DDPM
 chain the Gaussian KL (the paper) and in continuous time the ELBO integrand -1/2 lambda'(t) |eps - eps_hat|^2 in
-bits/dim (continuous.elbo_integrand; the same objective carried over); "loss" the reduction of the training
+bits/dim (continuous.elbo_integrand; the same objective carried over) times 1 / grid: the integrand is per unit of
+t, so one grid cell's share of the bound is the counterpart of one step's KL on a chain of grid steps, and every
+field (entropy_coef, policy_grad_clip, policy_lr) means the same in both domains; "loss" the reduction of the training
 objective w(t) MSE at S (plus a learned variance's term). The default, "bound", was chosen in continuous time by
 measurement on the embedded digits with flow matching (README: the learned sampler in continuous time): at 2,000
 steps, 3 seeds, it gave the lower test likelihood in every seed (paired difference to "loss" -0.16 bits/dim, 95%
@@ -202,6 +204,10 @@ class AdaptiveSampler(Sampler):
         else:
             self.grid = continuous_grid(process, len(range(0, self.T, cfg.sweep_stride)), cfg.sweep_grid)
         self.reward_kind = cfg.get("reward", "bound")
+        # continuous time: the ELBO integrand is per unit of t; times 1 / grid it is the bound of one grid cell, the
+        # scale of the chain's per-step KL, so that entropy_coef and policy_grad_clip mean the same in both domains
+        continuous_bound = not self.discrete and self.reward_kind == "bound"
+        self.reward_scale = 1.0 / process.grid if continuous_bound else 1.0
         self.probe = batch_size if cfg.probe_batch_size == -1 else cfg.probe_batch_size
 
     def init(self, key, x0):
@@ -241,14 +247,18 @@ class AdaptiveSampler(Sampler):
                 drawn = jax.random.uniform(k_uniform, t.shape, jnp.float32)
             t = jnp.where(uniform, drawn, t)
             aux["from_policy"] = ~uniform
-        weights = jnp.ones_like(u)
-        if self.cfg.importance_weights and self.discrete:
-            p = (1.0 - eps) * bin_mass(a, b, t, self.T) + eps / self.T
-            weights = 1.0 / (self.T * jnp.maximum(p, MIN_BIN_MASS / self.T))
-        elif self.cfg.importance_weights:
-            p = (1.0 - eps) * jnp.exp(beta_log_prob(t, a, b)) + eps
-            weights = 1.0 / jnp.maximum(p, MIN_BIN_MASS)
+        weights = self.importance_weights(a, b, t) if self.cfg.importance_weights else jnp.ones_like(u)
         return t, weights, aux
+
+    def importance_weights(self, a, b, t):
+        """1 / (T p(t)) on the chain, p the (mixed) policy's probability of t's rounding bin floored at
+        MIN_BIN_MASS / T; in continuous time 1 / p(t), p the (mixed) Beta density floored at MIN_BIN_MASS. [N]."""
+        eps = self.cfg.uniform_mix
+        if self.discrete:
+            p = (1.0 - eps) * bin_mass(a, b, t, self.T) + eps / self.T
+            return 1.0 / (self.T * jnp.maximum(p, MIN_BIN_MASS / self.T))
+        p = (1.0 - eps) * jnp.exp(beta_log_prob(t, a, b)) + eps
+        return 1.0 / jnp.maximum(p, MIN_BIN_MASS)
 
     # -- the policy-update branch -------------------------------------------------------------------------------
     def _probe_rows(self, x):
@@ -283,7 +293,8 @@ class AdaptiveSampler(Sampler):
             )
             return terms.reshape(N, K)
 
-        return kl(ctx.params_before, kn_before, kd_before) - kl(ctx.params_after, kn_after, kd_after)
+        delta = kl(ctx.params_before, kn_before, kd_before) - kl(ctx.params_after, kn_after, kd_after)
+        return delta * self.reward_scale
 
     def _policy_loss(self, params, x0, u, advantage, from_policy):
         a, b = self.policy.apply(params, x0)

@@ -59,6 +59,10 @@ class StepContext:
     # (step % period == 0, under lax.cond); True / False when the step was compiled for one kind of step only.
     is_periodic: bool | None = None
     y: jnp.ndarray | None = None  # the batch's labels for a class-conditional model (not dropped), else None
+    # each example's MSE of the network's target [B] (unweighted), and the fixed loss weighting's factor w(t) [B]
+    # (1 for a learned weighting: its own terms are in `losses` only); w(t) mse is never negative
+    mse: jnp.ndarray | None = None
+    loss_weight: jnp.ndarray | None = None
 
 
 class Sampler:

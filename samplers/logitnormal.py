@@ -9,6 +9,15 @@ step's level, not integrated over cells, without a Jacobian. SpeeD's code also m
 writes the exponent as (logit(n) - m)^2 / 2 * s^2 (the same as ours for s = 1); we do neither.
 A step whose level is 0 or 1 (a zero-terminal-SNR end) gets probability 0 instead of a division by zero.
 
+Shift (`shift`, `shift_rule`): SD3's timestep shift n' = a n / (1 + (a - 1) n) (Esser et al. 2024, section 5.3.2)
+moves the levels toward noise for a > 1. For the logit-normal it is exact and simple: logit(n') = logit(n) + ln a,
+so the shifted density is the logit-normal with mean m + ln a, used here in both domains. The factor a is `shift`
+("fixed"), or from the size of the data the network sees, H x W (pixels, or latents for a latent model):
+"sd3" a = sqrt(H W) / `shift_base` (SD3's sqrt(m / n) with its 256 x 256 base resolution: shift_base 256 for pixels,
+32 for f8 latents), "flux" a = exp(mu), mu = 0.5 + (1.15 - 0.5) (L - 256) / (4096 - 256) with L = H W / 4 the
+tokens of 2 x 2 patches (Flux's get_lin_function and time_shift in black-forest-labs/flux `sampling.py`; Flux
+applies it at sampling, this project to the training density).
+
 Continuous time: n = sigmoid(m + s z), z ~ N(0, 1), is the process's noise coefficient sigma_t, and t its time
 (process.t_of_sigma): for flow matching t = n itself (SD3's sampler exactly), for VP the t with sigma_t = n
 (clipped into [0, 1] where n is beyond the schedule's ends), the same variable as on the DDPM chain.
@@ -18,8 +27,20 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.fields import Num
-from samplers.base import SAMPLERS, FixedTableSampler
+from core.fields import Choice, Int, Num
+from samplers.base import SAMPLERS, FixedTableSampler, inverse_cdf
+
+SHIFT_RULES = ("fixed", "sd3", "flux")
+
+
+def shift_factor(cfg, height: int, width: int) -> float:
+    """SD3's shift a for data of height x width (module docstring)."""
+    if cfg.shift_rule == "sd3":
+        return float(np.sqrt(height * width) / cfg.shift_base)
+    if cfg.shift_rule == "flux":
+        tokens = height * width / 4.0
+        return float(np.exp(0.5 + (1.15 - 0.5) * (tokens - 256.0) / (4096.0 - 256.0)))
+    return float(cfg.shift)
 
 
 def logitnormal_density(n: np.ndarray, m: float, s: float) -> np.ndarray:
@@ -33,16 +54,32 @@ def logitnormal_density(n: np.ndarray, m: float, s: float) -> np.ndarray:
 class LogitNormalSampler(FixedTableSampler):
     name = "logitnormal"
     continuous = True
-    FIELDS = dict(mean=Num(0.0, note="(SD3: 0)"), std=Num(1.0, 0, lo_open=True, note="(SD3: 1)"))
+    FIELDS = dict(
+        mean=Num(0.0, note="(SD3: 0)"),
+        std=Num(1.0, 0, lo_open=True, note="(SD3: 1)"),
+        shift=Num(1.0, 0, lo_open=True, note="SD3's shift with shift_rule='fixed' (1: none; SD3 at 1024^2: 3)"),
+        shift_rule=Choice("fixed", SHIFT_RULES),
+        shift_base=Int(256, 1, note="the side length whose shift is 1 with shift_rule='sd3'"),
+    )
 
     @classmethod
-    def table(cls, cfg, process):
-        pi = logitnormal_density(process.schedule.np64["sqrt_one_minus_alphas_cumprod"], cfg.mean, cfg.std)
+    def table(cls, cfg, process, shift: float = 1.0):
+        pi = logitnormal_density(process.noise_levels_np(), cfg.mean + np.log(shift), cfg.std)
         return pi / pi.sum()
 
+    def shift_of(self, x0) -> float:
+        """The shift factor for a batch x0 [B, H, W, C] (static shapes)."""
+        return shift_factor(self.cfg, x0.shape[1], x0.shape[2]) if x0.ndim == 4 else float(self.cfg.shift)
+
     def sample(self, state, key, x0):
-        if self.discrete:
-            return super().sample(state, key, x0)
         B = x0.shape[0]
-        n = jax.nn.sigmoid(self.cfg.mean + self.cfg.std * jax.random.normal(key, (B,), jnp.float32))
+        a = self.shift_of(x0)
+        if self.discrete:
+            if a == 1.0:
+                return super().sample(state, key, x0)
+            p = self.table(self.cfg, self.process, a)
+            cdf = jnp.asarray(np.cumsum(p) / np.sum(p), jnp.float32)
+            return inverse_cdf(key, cdf, B), jnp.ones((B,), jnp.float32), {}
+        mean = self.cfg.mean + np.log(a)
+        n = jax.nn.sigmoid(mean + self.cfg.std * jax.random.normal(key, (B,), jnp.float32))
         return self.process.t_of_sigma(n), jnp.ones((B,), jnp.float32), {}

@@ -219,9 +219,18 @@ def test_loss_second_moment_history_probabilities_and_weights_by_hand():
     np.testing.assert_allclose(np.asarray(weights), 1 / (n * p[np.asarray(t)]), rtol=1e-5)
 
 
+def histogram_update(sampler):
+    """update(state, t, mse, loss_weight, losses) of a histogram sampler, jitted."""
+    return jax.jit(
+        lambda s, t, mse, w, losses: sampler.update(
+            s, StepContext(None, None, None, t, None, losses, None, None, None, mse=mse, loss_weight=w)
+        )
+    )
+
+
 def test_adaptive_noise_histogram_density_and_weights_by_hand():
-    """Kingma & Gao's adaptive noise schedule: log-SNR bins of the chain, each bin's running mean of the loss, the
-    density q_b / n_b mixed with uniform, weights 1 / (T p(t))."""
+    """Kingma & Gao's adaptive noise schedule: log-SNR bins of the chain, each bin's running mean of the weighted
+    MSE, bin masses m_b n_b / T mixed with uniform, p(t) = q_b / n_b, weights 1 / (T p(t))."""
     nb, d = 4, 0.5
     c = config(
         **{"sampler.name": "adaptive_noise", "sampler.adaptive_noise.num_bins": nb, "sampler.adaptive_noise.decay": d}
@@ -234,30 +243,179 @@ def test_adaptive_noise_histogram_density_and_weights_by_hand():
     bins = np.clip(np.searchsorted(edges, lam, side="right") - 1, 0, nb - 1)
     np.testing.assert_array_equal(np.asarray(sampler.bin_of), bins)
     n_b = np.bincount(bins, minlength=nb)
-    update = jax.jit(
-        lambda s, t, losses: sampler.update(s, StepContext(None, None, None, t, None, losses, None, None, None))
-    )
+    update = histogram_update(sampler)
     state = sampler.init(None, None)
     rng = np.random.default_rng(0)
     mean, seen = np.zeros(nb), np.zeros(nb, bool)
     for i in range(4):
         t = rng.integers(0, T, 16) if i else np.array([0] * 8 + [T - 1] * 8)  # two bins only at first
-        loss = rng.uniform(0.1, 2.0, 16)
-        state, _ = update(state, jnp.asarray(t, jnp.int32), jnp.asarray(loss, jnp.float32))
+        mse, w = rng.uniform(0.1, 2.0, 16), rng.uniform(0.5, 1.5, 16)
+        state, _ = update(state, jnp.asarray(t, jnp.int32), jnp.asarray(mse, jnp.float32), jnp.asarray(w), -mse)
         for b in range(nb):
             here = bins[t] == b
             if here.any():
-                mean[b] = d * mean[b] + (1 - d) * loss[here].mean() if seen[b] else loss[here].mean()
+                v = (w * mse)[here].mean()
+                mean[b] = d * mean[b] + (1 - d) * v if seen[b] else v
                 seen[b] = True
         np.testing.assert_allclose(np.asarray(state["mean"]), mean, rtol=1e-6)
         p = np.asarray(sampler.probabilities(state), np.float64)
         if i == 0:
-            np.testing.assert_allclose(p, 1 / T, rtol=1e-6)  # uniform until every bin is seen
+            np.testing.assert_allclose(p, 1 / T, rtol=1e-6)  # uniform until the seen bins hold 99% of the steps
     assert seen.all()
-    q = 0.999 * mean / mean.sum() + 0.001 * n_b / T
+    r = mean * n_b / T
+    q = 0.999 * r / r.sum() + 0.001 * n_b / T
     np.testing.assert_allclose(p, q[bins] / n_b[bins], rtol=1e-5)
     t, weights, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(0), jnp.zeros((64, 1)))
     np.testing.assert_allclose(np.asarray(weights), 1 / (T * p[np.asarray(t)]), rtol=1e-5)
+
+
+def flow_config(arg="", **over):
+    from configs.flow import get_config
+    from core.fields import override
+
+    c = override(get_config(arg), over)
+    validate(c)
+    return c
+
+
+@pytest.mark.parametrize("domain", ["ddpm", "flow", "vp"])
+def test_adaptive_noise_equal_loss_gives_uniform_t_in_every_domain(domain):
+    """Kingma & Gao's density is per unit of log SNR: an equal loss in every bin must give p(t) = 1/T on the chain
+    (each bin's mass m_b n_b / T, not m_b: the chain's bins hold from 1 to 20 steps) and p(t) = 1 in continuous
+    time, exactly; then every importance weight is 1."""
+    over = {"sampler.name": "adaptive_noise", "sampler.adaptive_noise.num_bins": 100}
+    c = config(**over) if domain == "ddpm" else flow_config("vp," if domain == "vp" else "", **over)
+    process = make_process(c.diffusion)
+    sampler = make_sampler(c.sampler, process, 16)
+    if domain == "ddpm":
+        sizes = np.asarray(sampler.sizes)
+        assert sizes[sizes > 0].max() / sizes[sizes > 0].min() >= 20  # the bins hold 1 to 20 steps
+    B = 8192
+    state = sampler.init(None, None)
+    t, _, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(0), jnp.zeros((B, 1)))
+    ones = jnp.ones((B,), jnp.float32)
+    state, metrics = histogram_update(sampler)(state, t, 0.7 * ones, ones, ones)
+    assert float(metrics["ready"]) == 1.0
+    if domain == "ddpm":
+        np.testing.assert_allclose(np.asarray(sampler.probabilities(state)), 1 / T, rtol=1e-5)
+    else:
+        grid = jnp.linspace(0.0, 1.0, 4001)
+        np.testing.assert_allclose(np.asarray(sampler.density(state, grid)), 1.0, rtol=1e-4)
+    _, w, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(1), jnp.zeros((B, 1)))
+    np.testing.assert_allclose(np.asarray(w), 1.0, rtol=1e-4)
+
+
+def test_adaptive_noise_density_stays_a_density_with_the_uncertainty_weighting():
+    """EDM2's uncertainty objective MSE / exp(u) + u is negative where MSE < 1/e and u = -1 (ctx.losses): a density
+    built from it would have negative bin masses and a CDF that falls. The sampler bins the weighted MSE instead,
+    which is never negative."""
+    c = config(
+        **{"sampler.name": "adaptive_noise", "sampler.adaptive_noise.num_bins": 10, "weighting.name": "uncertainty"}
+    )
+    sampler = make_sampler(c.sampler, DDPM(make_schedule("linear", T)), 16)
+    B = 4096
+    t = jnp.asarray(np.random.default_rng(0).integers(0, T, B), jnp.int32)
+    mse = jnp.where(t < 500, 0.05, 2.0).astype(jnp.float32)
+    u = -1.0
+    objective = mse * math.exp(-u) + u  # negative below t = 500
+    assert float(objective.min()) < 0
+    state, _ = histogram_update(sampler)(sampler.init(None, None), t, mse, jnp.ones((B,)), objective)
+    p = np.asarray(sampler.probabilities(state))
+    assert (p > 0).all() and np.all(np.diff(np.asarray(sampler.cdf(state))) >= 0)
+    np.testing.assert_allclose(p[600] / p[100], 2.0 / 0.05, rtol=0.1)  # the 0.1% uniform share aside
+
+
+def gaussian_x0_mse(sigma, v):
+    """The optimal denoiser's x0-MSE for Gaussian data of variance v per dimension at x = x0 + sigma eps."""
+    return v * sigma**2 / (v + sigma**2)
+
+
+@pytest.mark.parametrize("domain", ["ddpm_eps", "ddpm_v", "flow"])
+def test_infonoise_density_on_gaussian_data_matches_the_closed_form(domain):
+    """InfoNoise on Gaussian data of variance v: the x0-MSE is m = v sigma^2 / (v + sigma^2), and the density per
+    unit of log SNR times the objective's weight on the x0-MSE relative to the bound's (w F / SNR: eps 1, v
+    (SNR + 1) / SNR, a flow's velocity (1 + sigma)^2) is proportional to m g, g = sigma^3 / (sigma^3 + c^3); the
+    loss weight stays 1."""
+    v, nb = 0.25, 50
+    over = {"sampler.name": "infonoise", "sampler.infonoise.num_bins": nb, "sampler.infonoise.decay": 0.0}
+    if domain == "flow":
+        c = flow_config(**over)
+    else:
+        c = config(**over, **{"diffusion.target": domain.split("_")[1]})
+    process = make_process(c.diffusion)
+    sampler = make_sampler(c.sampler, process, 16)
+    B = 32768
+    state = sampler.init(None, None)
+    t, w, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(0), jnp.zeros((B, 1)))
+    lam = process.logsnr(t)
+    sigma = jnp.exp(-0.5 * lam)
+    F = process.x0_mse_factor(t)
+    mse = F * gaussian_x0_mse(sigma, v)  # the target's MSE of the optimal network
+    state, metrics = histogram_update(sampler)(state, t, mse, jnp.ones((B,)), mse)
+    q = np.asarray(sampler.bin_probabilities(state), np.float64)
+    sig = np.exp(-0.5 * sampler.bin_logsnr64)
+    rel = {"ddpm_eps": np.ones_like(sig), "ddpm_v": 1 + sig**2, "flow": (1 + sig) ** 2}[domain]
+    want = gaussian_x0_mse(sig, v) * sig**3 / (sig**3 + 0.15**3) / rel
+    want = np.where(np.asarray(sampler.mu) > 0, want, 0.0)
+    # a bin's running means against the closed form at its middle
+    np.testing.assert_allclose(q, want / want.sum(), rtol=0.03, atol=1e-4 * q.max())
+    t, w, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(1), jnp.zeros((B, 1)))
+    np.testing.assert_array_equal(np.asarray(w), 1.0)
+    assert float(metrics["gate_c"]) == pytest.approx(0.15)
+
+
+def test_infonoise_automatic_gate_onset_by_hand():
+    """gate='auto': c is the largest bin sigma whose rate per unit of sigma, x0-MSE / sigma^3, reaches gate_p of
+    the largest; on Gaussian data v sigma^2 / (v + sigma^2) / sigma^3 = v / (sigma (v + sigma^2))."""
+    v = 1.0
+    over = {"sampler.name": "infonoise", "sampler.infonoise.gate": "auto", "sampler.infonoise.num_bins": 40}
+    c = config(**over)
+    process = make_process(c.diffusion)
+    sampler = make_sampler(c.sampler, process, 16)
+    B = 32768
+    state = sampler.init(None, None)
+    t, _, _ = jax.jit(sampler.sample)(state, jax.random.PRNGKey(0), jnp.zeros((B, 1)))
+    sigma = jnp.exp(-0.5 * process.logsnr(t))
+    mse = process.x0_mse_factor(t) * gaussian_x0_mse(sigma, v)
+    state, metrics = histogram_update(sampler)(state, t, mse, jnp.ones((B,)), mse)
+    m = np.asarray(sampler.filled(state)["x0_mse"], np.float64)
+    sig = np.exp(-0.5 * sampler.bin_logsnr64)
+    s = m / sig**3
+    c_hand = sig[s >= 0.002 * s.max()].max()
+    assert float(metrics["gate_c"]) == pytest.approx(c_hand, rel=1e-5)
+    closed = v / (sig * (v + sig**2))
+    assert c_hand == sig[closed >= 0.002 * closed.max()].max()  # the bins' means give the closed form's onset
+
+
+@pytest.mark.parametrize(
+    "rule, want", [("fixed", 3.0), ("sd3", 0.5), ("flux", math.exp(0.5 + 0.65 * (256 - 256) / 3840))]
+)
+def test_logitnormal_shift_is_sd3s_time_shift(rule, want):
+    """SD3's shift t' = a t / (1 + (a - 1) t) of logit-normal draws is the logit-normal with mean + ln a: the same
+    key gives exactly the shifted times. a: the field, SD3's sqrt(H W) / base, Flux's exp(mu(H W / 4))."""
+    H = {"fixed": 8, "sd3": 128, "flux": 32}[rule]
+    over = {"sampler.name": "logitnormal", "sampler.logitnormal.shift_rule": rule, "sampler.logitnormal.shift": 3.0}
+    plain = make_sampler(
+        flow_config(**{"sampler.name": "logitnormal"}).sampler, make_process(flow_config().diffusion), 16
+    )
+    c = flow_config(**over)
+    shifted = make_sampler(c.sampler, make_process(c.diffusion), 16)
+    x = jnp.zeros((4096, H, H, 1))
+    assert shifted.shift_of(x) == pytest.approx(want)
+    t0, _, _ = plain.sample({}, jax.random.PRNGKey(3), x)
+    t1, _, _ = shifted.sample({}, jax.random.PRNGKey(3), x)
+    np.testing.assert_allclose(np.asarray(t1), np.asarray(want * t0 / (1 + (want - 1) * t0)), rtol=2e-5, atol=1e-6)
+    # on the chain: the table of the logit-normal with mean ln a
+    d = config(**over)
+    chain = make_sampler(d.sampler, make_process(d.diffusion), 16)
+    n = np.sqrt(1 - np.array([alpha_bar_by_hand("linear", t) for t in range(T)]))
+    pi = np.exp(-((np.log(n / (1 - n)) - math.log(want)) ** 2) / 2) / (n * (1 - n))
+    np.testing.assert_allclose(chain.table(d.sampler.logitnormal, chain.process, want), pi / pi.sum(), rtol=1e-6)
+    tc, _, _ = jax.jit(chain.sample)({}, jax.random.PRNGKey(4), x)
+    mean_t = float(np.sum(np.arange(T) * pi / pi.sum()))
+    assert abs(float(np.mean(np.asarray(tc))) - mean_t) < 4 * np.sqrt(
+        np.sum((np.arange(T) - mean_t) ** 2 * pi / pi.sum()) / 4096
+    )
 
 
 @pytest.mark.parametrize("name", ["loss_second_moment", "grad_variance", "adaptive_noise"])

@@ -330,6 +330,10 @@ def flow_config(arg="", **overrides):
             {"diffusion.schedule": "learned", "weighting.name": "min_snr"},
             "config.weighting.name='min_snr' is not allowed with config.diffusion.schedule='learned'",
         ),
+        (
+            {"diffusion.schedule": "learned"},
+            "config.sampler.adaptive.importance_weights=False is not allowed with config.diffusion.schedule='learned'",
+        ),
     ],
 )
 def test_validation_refuses_what_has_no_meaning_in_continuous_time(overrides, message):
@@ -348,6 +352,76 @@ def test_flow_resume_with_the_learned_sampler_is_exact(tmp_path):
     chex.assert_trees_all_equal(full, resumed)
     assert int(full.sampler_state["updates"]) == 3  # steps 0, 2, 4 updated the policy
     assert float(full.sampler_state["reward"]) != 0.0
+
+
+def test_learned_schedule_interior_descends_the_bound_only_with_importance_weights():
+    """VDM's invariance: for fixed x0 and eps the diffusion loss integrated over uniform t depends on the schedule only
+    through its ends, so the interior's expected gradient is zero. With t from the learned sampler's Beta density
+    that holds only with its importance weights: two schedules with the same ends and different interiors give
+    the same importance-weighted expectation (the sampler's own weights), different unweighted ones."""
+    from diffusion import make_process
+    from samplers import make_sampler
+
+    c = flow_config("vp", **{"diffusion.schedule": "learned", "sampler.adaptive.importance_weights": True})
+    process = make_process(c.diffusion)
+    sampler = make_sampler(c.sampler, process, 16)
+    s1 = process.noise_net.init(jax.random.PRNGKey(0), jnp.zeros((1,)))["params"]
+    ends = lambda s: np.asarray(process.bind({"schedule": s}).gamma(jnp.array([0.0, 1.0])), np.float64)
+    # another interior (steeper in the middle), then the linear part set so that both ends stay where they were
+    s2 = dict(s1, DenseMonotone_1={"bias": jnp.linspace(-20, 20, 1024), "kernel": jnp.full((1, 1024), 40.0)})
+    s2["DenseMonotone_2"] = {"kernel": jnp.full((1024, 1), 3.0)}
+    zero = {"bias": jnp.zeros(1), "kernel": jnp.zeros((1, 1))}
+    g, want = ends(dict(s2, DenseMonotone_0=zero)), ends(s1)
+    k, b = (want[1] - want[0]) - (g[1] - g[0]), want[0] - g[0]
+    s2["DenseMonotone_0"] = {"bias": jnp.array([b], jnp.float32), "kernel": jnp.array([[k]], jnp.float32)}
+    np.testing.assert_allclose(ends(s2), want, atol=1e-4)
+    mid = jnp.array([0.2])
+    assert abs(float(process.bind({"schedule": s2}).gamma(mid)[0] - process.bind({"schedule": s1}).gamma(mid)[0])) > 1
+
+    N = 8000
+    t = (jnp.arange(N, dtype=jnp.float32) + 0.5) / N  # midpoint rule over [0, 1]
+    x0 = jnp.repeat(jax.random.uniform(jax.random.PRNGKey(1), (1, 4, 4, 1), minval=-1, maxval=1), N, 0)
+    noise = jnp.repeat(jax.random.normal(jax.random.PRNGKey(2), (1, 4, 4, 1)), N, 0)
+    net = lambda xt, nt: jnp.tanh(0.7 * xt + 0.002 * nt[:, None, None, None] - 0.5)  # sees the normalised gamma
+    a, b = jnp.full((N,), 1.2), jnp.full((N,), 1.4)
+    pdf = np.asarray(stats.beta(1.2, 1.4).pdf(np.asarray(t)), np.float64)
+    w = np.asarray(sampler.importance_weights(a, b, t), np.float64)
+
+    def expectations(s):
+        d = np.asarray(process.bind({"schedule": s}).example_losses(net, x0, t, noise)[0], np.float64)
+        return d.mean(), (pdf * d).mean(), (pdf * w * d).mean()  # uniform, Beta, Beta importance-weighted
+
+    (u1, beta1, iw1), (u2, beta2, iw2) = expectations(s1), expectations(s2)
+    assert u1 == pytest.approx(u2, rel=1e-4)
+    assert iw1 == pytest.approx(iw2, rel=1e-4) and iw1 == pytest.approx(u1, rel=1e-4)
+    assert abs(beta1 - beta2) > 0.02 * beta1  # 4% here, 1e-4 above
+
+
+def test_continuous_reward_is_per_grid_cell_as_the_chains_is_per_step():
+    """The learned sampler's "bound" reward: on the chain one step's KL, in continuous time the ELBO integrand times
+    1 / grid. For an eps error d everywhere, a fixed-small chain's KL at step t is 1/2 (e^(lambda_(t-1) - lambda_t)
+    - 1) d^2 and the scaled integrand 1/2 (lambda drop over one grid cell) d^2: at matched SNR and matched log-SNR
+    steps the two are equal to first order (1000x apart without the scale)."""
+    from diffusion import DDPM, make_process, make_schedule
+    from samplers import make_sampler
+
+    chain = DDPM(make_schedule("linear", 1000), "eps", "fixed_small")
+    c = flow_config("vp", **{"diffusion.grid": 1000})
+    vp = make_process(c.diffusion)
+    sampler = make_sampler(c.sampler, vp, 16)
+    assert sampler.reward_scale == pytest.approx(1e-3)
+    x0 = jnp.full((1, 2, 2, 1), 0.3)
+    noise = jnp.full((1, 2, 2, 1), -0.7)
+    d = 0.05
+    step = jnp.array([300], jnp.int32)
+    lam = chain.logsnr_np()
+    kl = float(chain.row_terms(lambda xt, tt: noise + d, x0, step, noise, kl_only=True)[0]) * LN2
+    np.testing.assert_allclose(kl, 0.5 * np.expm1(lam[299] - lam[300]) * d * d, rtol=1e-3)
+    t = vp.t_of_logsnr(jnp.array([lam[300]], jnp.float32))
+    reward = float(vp.row_terms(lambda xt, nt: noise + d, x0, t, noise)[0]) * sampler.reward_scale * LN2
+    cell = (13.3 + 5.0) / 1000  # the VP linear schedule's log-SNR drop over one grid cell
+    np.testing.assert_allclose(reward, 0.5 * cell * d * d, rtol=1e-3)
+    assert 0.2 < reward / kl < 5  # the same scale (the two schedules' log-SNR steps differ by this ratio)
 
 
 def test_learned_schedule_trains_with_the_model():

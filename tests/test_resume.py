@@ -11,7 +11,13 @@ from conftest import full_and_resumed
 from training.setup import initial_state
 
 # each sampler with a weighting, so that every weighting is in some resumed run
-WEIGHTING_OF = {"uniform": "min_snr", "loss_second_moment": "p2", "grad_variance": "speed", "adaptive": "none"}
+WEIGHTING_OF = {
+    "uniform": "min_snr",
+    "loss_second_moment": "p2",
+    "grad_variance": "speed",
+    "adaptive": "none",
+    "infonoise": "uncertainty",
+}
 
 
 @pytest.mark.parametrize("sampler", sorted(WEIGHTING_OF))
@@ -31,6 +37,6 @@ def test_resume_equals_uninterrupted_for_every_sampler(tiny, tmp_path, sampler):
     setup, full, resumed = full_and_resumed(c, tmp_path)
     assert int(resumed.step) == 6
     chex.assert_trees_all_equal(full, resumed)
-    if sampler in ("loss_second_moment", "grad_variance", "adaptive"):  # a sampler state that moved
+    if sampler in ("loss_second_moment", "grad_variance", "adaptive", "infonoise"):  # a sampler state that moved
         init = jax.device_get(initial_state(setup).sampler_state)
         assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(init), jax.tree.leaves(full.sampler_state)))

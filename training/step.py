@@ -143,6 +143,8 @@ def make_train_step(
             rows_fn=rows_fn,
             example_loss_fn=example_loss_fn,
             is_periodic=periodic,
+            mse=mse,
+            loss_weight=weighting(t),
         )
         sampler_state, sampler_metrics = sampler.update(state.sampler_state, ctx)
 

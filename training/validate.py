@@ -83,28 +83,36 @@ def check_time_domain(config):
             )
     if config.diffusion.get("schedule") == "learned":
         s = config.sampler
-        rules = [  # (refused, what, what is allowed)
+        no_inverse = "the learned schedule has no inverse to map noise levels to times"
+        rules = [  # (refused, what, why, what is allowed)
             (
                 s.name not in ("uniform", "antithetic", "adaptive"),
                 f"config.sampler.name={s.name!r}",
+                no_inverse,
                 "uniform, antithetic or adaptive",
             ),
             (
                 config.weighting.name != "none",
                 f"config.weighting.name={config.weighting.name!r}",
+                no_inverse,
                 "none (the loss is the ELBO itself)",
             ),
             (
                 s.name == "adaptive" and s.adaptive.sweep_grid == "geometric",
                 "config.sampler.adaptive.sweep_grid='geometric'",
+                no_inverse,
                 "even",
             ),
+            (
+                s.name == "adaptive" and not s.adaptive.importance_weights,
+                "config.sampler.adaptive.importance_weights=False",
+                "the schedule's interior descends the bound only where t is uniform or importance-weighted (without "
+                "the weights it learns to move log SNR away from where the policy samples)",
+                "True",
+            ),
         ]
-        for what, allowed in [(w, a) for refused, w, a in rules if refused]:
-            raise ConfigError(
-                f"{what} is not allowed with config.diffusion.schedule='learned': the learned schedule has no "
-                f"inverse to map noise levels to times; use {allowed}"
-            )
+        for what, why, allowed in [(w, y, a) for refused, w, y, a in rules if refused]:
+            raise ConfigError(f"{what} is not allowed with config.diffusion.schedule='learned': {why}; use {allowed}")
     for path in ("sample.method", "eval.fid.method", "eval.periodic.method"):
         method = get(config, path)
         if method not in process.methods:
