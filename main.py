@@ -144,8 +144,9 @@ def check_config_file(argv):
 def check_overrides_then_run():
     """A bad config argument or an override naming no field would fail deep inside flag parsing with a traceback:
     refuse them first, in one line."""
-    from training.validate import ConfigError, check_overrides
+    from training.validate import ConfigError, check_overrides, rename_overrides
 
+    sys.argv[1:] = rename_overrides(sys.argv[1:])  # fields' earlier names (e.g. sample.ddim_steps), with a note
     try:
         check_overrides(sys.argv[1:], check_config_file(sys.argv[1:]))
     except ConfigError as e:

@@ -49,8 +49,8 @@ def get_config(variant: str = ""):
     t.ema_warmup = True  # LDM's LitEma with use_num_upates=True (its default): min(0.9999, (1 + n) / (10 + n))
     t.num_steps = 168_750
     t.log_every, t.ckpt_every = 500, 5000
-    c.sample.method, c.sample.ddim_steps = "ddim", 200
-    c.eval.fid.method, c.eval.fid.ddim_steps, c.eval.fid.num_samples, c.eval.fid.batch_size = "ddim", 200, 50_000, 500
+    c.sample.method, c.sample.steps = "ddim", 200
+    c.eval.fid.method, c.eval.fid.steps, c.eval.fid.num_samples, c.eval.fid.batch_size = "ddim", 200, 50_000, 500
     c.eval.periodic.every = 0
     c.sampler.adaptive.policy_lr = 1e-2
     c.sampler.adaptive.probe_batch_size = 16  # a divisor of 48 and a multiple of 8 devices (the default 32 is not)

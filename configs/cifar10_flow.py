@@ -60,10 +60,10 @@ def get_config(variant: str = ""):
     d.name, d.target, d.time_direction, d.time_scale = "flow", "velocity", "noise_at_1", 1000.0
     c.sampler.name, c.weighting.name = sampler, "none"
     c.sampler.logitnormal.mean, c.sampler.logitnormal.std = 0.0, 1.0  # SD3's logit-normal(0, 1)
-    c.sample.method, c.sample.ddim_steps = "heun", 50  # Heun steps: 99 network evaluations
+    c.sample.method, c.sample.steps = "heun", 50  # Heun steps: 99 network evaluations
     f = c.eval.fid
-    f.method, f.ddim_steps, f.num_samples = "heun", 50, 50_000
+    f.method, f.steps, f.num_samples = "heun", 50, 50_000
     p = c.eval.periodic
-    p.method, p.ddim_steps = "heun", 25
+    p.method, p.steps = "heun", 25
     p.nll_timesteps = 25  # Heun steps of the periodic ODE likelihood
     return c

@@ -38,9 +38,9 @@ def get_config(variant: str = ""):
     t.log_every, t.ckpt_every = 500, 10_000
     c.sampler.speed.k, c.sampler.speed.tau = 2.0, 700
     c.weighting.speed.lam, c.weighting.speed.tau = 0.6, 700
-    c.sample.method, c.sample.ddim_steps = "ddim", 250
+    c.sample.method, c.sample.steps = "ddim", 250
     f = c.eval.fid
-    f.method, f.ddim_steps, f.num_samples, f.batch_size = "ddim", 250, 10_000, 500
+    f.method, f.steps, f.num_samples, f.batch_size = "ddim", 250, 10_000, 500
     c.eval.periodic.every = 0
     c.sampler.adaptive.policy_lr = 1e-2
     return c

@@ -81,9 +81,9 @@ def get_config(variant: str = ""):
     t.log_every, t.ckpt_every = 500, 10_000
     c.sampler.logitnormal.mean, c.sampler.logitnormal.std = 0.0, 1.0
     c.sampler.adaptive.policy_lr = 1e-2
-    c.sample.method, c.sample.ddim_steps, c.sample.guidance_scale = "heun", 50, 4.0
+    c.sample.method, c.sample.steps, c.sample.guidance_scale = "heun", 50, 4.0
     f = c.eval.fid
-    f.method, f.ddim_steps, f.num_samples, f.batch_size, f.guidance_scale = "heun", 125, 50_000, 1000, 1.0
+    f.method, f.steps, f.num_samples, f.batch_size, f.guidance_scale = "heun", 125, 50_000, 1000, 1.0
     p = c.eval.periodic
-    p.every, p.method, p.ddim_steps = 0, "heun", 25
+    p.every, p.method, p.steps = 0, "heun", 25
     return c

@@ -41,9 +41,9 @@ def get_config(variant: str = ""):
     t.b1, t.b2, t.ema_decay = 0.99, 0.99, 0.9999
     t.num_steps = 1_000_000
     t.log_every, t.ckpt_every = 500, 10_000
-    c.sample.method, c.sample.ddim_steps, c.sample.guidance_scale = "ddim", 50, 4.0
+    c.sample.method, c.sample.steps, c.sample.guidance_scale = "ddim", 50, 4.0
     f = c.eval.fid
-    f.method, f.ddim_steps, f.num_samples, f.batch_size, f.guidance_scale = "ddim", 50, 50_000, 1000, 1.4
+    f.method, f.steps, f.num_samples, f.batch_size, f.guidance_scale = "ddim", 50, 50_000, 1000, 1.4
     c.eval.periodic.every = 0
     c.sampler.adaptive.policy_lr = 1e-2
     return c

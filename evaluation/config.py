@@ -12,7 +12,7 @@ FID_FIELDS = dict(
     num_samples=Int(1000, 2),  # generated images per FID (paper tables: 50,000 on CIFAR-10)
     # DDPM: ancestral (all T steps, the paper's protocol) | ddim; continuous time: ancestral | euler | heun
     method=Choice("ddim", ALL_METHODS),
-    ddim_steps=Int(100, 1, "T"),  # steps of ddim and of the continuous-time methods
+    steps=Int(100, 1, "T", aliases=("ddim_steps",)),  # sampler steps, as config.sample.steps
     batch_size=Int(1000, 1),  # samples per sampling call (chunk i seeded fold_in(key, i); one call: the key)
     guidance_scale=Num(1.0, 0.0),  # classifier-free guidance of a class-conditional model (periodic FID too)
     kid_subsets=Int(100, 1),  # KID: mean over this many subsets ...
@@ -34,7 +34,7 @@ PERIODIC_FIELDS = dict(
     nll_timesteps=Int(50, 2, "T"),
     num_samples=Int(250, 2),  # generated images for the periodic FID/KID
     method=Choice("ddim", ALL_METHODS),
-    ddim_steps=Int(50, 1, "T"),
+    steps=Int(50, 1, "T", aliases=("ddim_steps",)),  # sampler steps, as config.sample.steps
 )
 
 # --mode=eval (training/evaluate.py): the latest checkpoint's EMA parameters.

@@ -38,7 +38,7 @@ TINY = {
     "train.warmup_steps": 2,
     "sample.num": 4,
     "sample.method": "ddim",
-    "sample.ddim_steps": 5,
+    "sample.steps": 5,
     "diagnostics.t_bins": 10,
     "sampler.adaptive.probe_batch_size": 8,
     "sampler.adaptive.policy_channels": (8, 16),

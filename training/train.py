@@ -16,8 +16,8 @@ import numpy as np
 from absl import logging
 
 from data import BatchIterator, load_split
+from training import aot, report
 from training import checkpoint as ckpt
-from training import report
 from training.evaluate import PeriodicEval
 from training.preemption import StopRequest
 from training.setup import Setup, build, generate, initial_state
@@ -177,6 +177,29 @@ class Loop:
         if not bool(multihost_utils.broadcast_one_to_all(np.asarray(have))):  # process 0 holds the metrics
             self.writer.write(start, {**self._periodic()(state.ema_params), "train_seconds": self.seconds_before})
 
+    def _compile(self, start):
+        """Compile the step programs the loop will run, before the progress bar starts, so that the bar's first
+        step is a step and not the compile. Lowered from the abstract state and batch with the step's shardings:
+        the jitted step then reuses the executable at its first call (traced once, the same program)."""
+        steps = range(start, self.c.train.num_steps)
+        programs = [(label, step) for label, step in aot.loop_programs(self.setup) if self._runs(step, steps)]
+        if not programs:
+            return
+        if self.is_main:
+            what = "the train step" if len(programs) == 1 else f"the {len(programs)} train-step programs"
+            print(f"Compiling {what} (once per run; the progress bar starts after it)...", file=sys.stderr, flush=True)
+        seconds = sum(aot.compile_step(self.setup, step)[1] for _, step in programs)
+        if self.is_main:
+            print(f"Compiled in {seconds:.1f} s", file=sys.stderr, flush=True)
+
+    def _runs(self, program_step, steps) -> bool:
+        """Whether the loop runs, at one of `steps`, the program that step `program_step` runs."""
+        period = self.setup.sampler.period()
+        if period is None:
+            return len(steps) > 0
+        periodic = program_step % period == 0
+        return any((s % period == 0) == periodic for s in steps[: period + 1])
+
     # -- the loop -------------------------------------------------------------------------------------------------
     def run(self):
         c = self.c
@@ -191,6 +214,8 @@ class Loop:
             labels=self.setup.conditional,
         )
         self.writer = report.MetricWriter(self.workdir, enabled=self.is_main)
+        self._start_clocks(start)  # train_seconds counts the compile, as when the first step compiled it
+        self._compile(start)
         from tqdm import tqdm
 
         self.bar = tqdm(
@@ -202,7 +227,6 @@ class Loop:
             mininterval=0.5 if sys.stderr.isatty() else 30.0,
         )
         self.window, self.window_start = [], start
-        self._start_clocks(start)
         stopped_by = None
         try:
             self._catch_up_periodic(start, state)
