@@ -4,7 +4,7 @@ CVPR 2025): FID 8.72 (uniform) -> 6.62 (learned sampler) at 300 epochs. The LDM'
 5.11 (200 DDIM steps, eta 0; CompVis/latent-diffusion README), trained much longer.
 
     # once: the VQ-f4 first stage in diffusers format (e.g. CompVis/ldm-celebahq-256's vqvae/ folder) and the
-    # prepared tensorflow-datasets celeb_a_hq/256 (README: data); then
+    # prepared tensorflow-datasets celeb_a_hq/256 (docs/config.md#datasets); then
     python -m data.encode_latents --dataset=celeb_a_hq --data_dir=DIR --autoencoder=VQ_DIR --output=latents/celebahq
     python main.py --config=configs/celebahq_ldm.py:adaptive --workdir=workdirs/celebahq_ldm_adaptive \
         --config.data.path=latents/celebahq --config.eval.fid.inception_weights=W --config.eval.fid.reference_stats=S

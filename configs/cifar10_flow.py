@@ -12,7 +12,7 @@ Variants (default adaptive):
     logitnormal   t = sigmoid(m + s z), z ~ N(0, 1), m = 0, s = 1 (SD3, Esser et al. 2024)
     adaptive      the learned sampler (Kim et al.) in continuous time: t ~ Beta(alpha(x0), beta(x0)), not rounded
 All three train the unweighted velocity MSE |v - (eps - x0)|^2 (weighting none). The data must be prepared beforehand
-(no download at run time): see the README.
+(no download at run time): see docs/config.md#datasets.
 
 From configs/cifar10.py, unchanged: the data (CIFAR-10 32x32x3, random horizontal flips); the 35.7M-parameter DDPM
 UNet (ch 128, ch_mult (1, 2, 2, 2), 2 res blocks, attention at 16x16, dropout 0.1, 32 groups); Adam lr 2e-4 with

@@ -2,7 +2,7 @@
 Model Training"): unconditional DiT-XL/2 on FFHQ 256 latents (Stable Diffusion's KL-f8, 32x32x4), uniform vs SpeeD
 vs the learned sampler.
 
-    python -m data.encode_latents --dataset=folder ... (FFHQ's 70,000 PNGs: see the README's latent section)
+    python -m data.encode_latents --dataset=folder ... (FFHQ's 70,000 PNGs: docs/latent.md#encoding-a-dataset)
     python main.py --config=configs/ffhq_dit.py:speed --workdir=gs://BUCKET/ffhq_dit_speed --config.data.path=LATENTS
 
 Variants: uniform | speed | adaptive (default). Settings, from NUS-HPC-AI-Lab/SpeeD configs/comparison/base.yaml,

@@ -3,7 +3,7 @@ autoencoder, 32x32x4) with Min-SNR weighting, with and without the learned sampl
 2025): FID 4.54 (Min-SNR) -> 4.33 (learned sampler + Min-SNR) at 1.0M iterations. U-ViT's own (baofff/U-ViT README):
 U-ViT-L/2 FID 3.40 at 300k steps, U-ViT-H/2 2.29 at 500k, batch 1024, guidance.
 
-    python -m data.encode_latents --dataset=folder ... (an ImageNet train/ tree: see the README's latent section)
+    python -m data.encode_latents --dataset=folder ... (an ImageNet train/ tree: docs/latent.md#encoding-a-dataset)
     python main.py --config=configs/imagenet256_uvit.py:adaptive+min_snr --workdir=gs://BUCKET/uvit_ant \
         --config.data.path=LATENTS
 
