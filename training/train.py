@@ -1,6 +1,7 @@
 """The training loop, importable from a notebook: `train(config, workdir)`.
 
-build (setup.py) -> restore or initialise -> one jitted, donated train step per batch -> metrics at log steps,
+build (setup.py) -> restore or initialise -> compile the step programs (named and timed before the progress bar
+starts) -> one jitted, donated train step per batch -> metrics at log steps,
 checkpoints every config.train.ckpt_every steps and at the end, periodic evaluation -> EMA samples and timestep
 pictures. The loop's pieces are the methods of `Loop`: `_log` (the window's summary and the divergence check),
 `_checkpoint`, `_periodic_eval` and the stop request, each with its own clock.
