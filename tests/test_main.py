@@ -187,6 +187,10 @@ def test_old_name_ddim_steps_is_accepted_with_a_note(capsys):
     assert argv == ["--workdir=w", "--config.eval.fid.steps=9", "--config.sample.steps=4"]
     assert capsys.readouterr().err.count("note: config.eval.fid.ddim_steps is now config.eval.fid.steps") == 1
     check_overrides(argv, tiny_config())
+    from training.checkpoint import run_identity
+
+    # sample.* and eval.* are mutable: no run_config.json ever held ddim_steps, so old workdirs resume unchanged
+    assert "sample" not in run_identity(c) and "eval" not in run_identity(c)
 
 
 def test_old_name_on_main_command_line_reaches_the_new_field(tmp_path):
