@@ -1,5 +1,4 @@
-"""The learned timestep sampler of Kim et al. (CVPR 2025), docs/method.md#the-learned-sampler, as one part of the
-jitted step.
+"""The learned timestep sampler of Kim et al. (CVPR 2025), docs/method.md#the-learned-sampler, in the jitted step.
 
 Every step: the Beta policy sees each image x0 and draws u ~ Beta(alpha, beta), t = round(u (T - 1)); the loss
 weight is 1 (the non-uniform density deliberately re-weights the objective). Options (defaults as the reference):

@@ -1,11 +1,11 @@
 """EDM's log-normal noise levels (Karras et al. 2022), on the discrete DDPM chain: ln sigma ~ N(mean, std^2)
 (EDM: -1.2, 1.2), mapped to the step whose sigma_t = sqrt((1 - alpha_bar_t) / alpha_bar_t) is nearest.
 
-The nearest-sigma mapping is this project's choice (docs/method.md#log-normal-edm): "nearest" is by |sigma - sigma_t| in
-sigma itself, so step t receives the probability of the cell between the midpoints of its neighbours' sigmas, p(t) =
-Phi((ln hi_t - mean) / std) - Phi((ln lo_t - mean) / std), lo_0 = 0 and hi_{T-1} = infinity: a sigma beyond the chain's
-largest one lands on the last step, one below the smallest on step 0. Loss weight 1 (EDM trains at these noise levels
-deliberately; its loss weight is a separate axis).
+The nearest-sigma mapping is our choice (docs/method.md#log-normal-edm): "nearest" is by |sigma - sigma_t| in sigma
+itself, so step t receives the probability of the cell between the midpoints of its neighbours' sigmas,
+p(t) = Phi((ln hi_t - mean) / std) - Phi((ln lo_t - mean) / std), lo_0 = 0 and hi_{T-1} = infinity: a sigma beyond
+the chain's largest one lands on the last step, one below the smallest on step 0. Loss weight 1 (EDM trains at
+these noise levels deliberately; its loss weight is a separate axis).
 
 Continuous time: sigma = exp(ln sigma) is EDM's noise level, the inverse square root of the SNR, so
 log SNR = -2 ln sigma and t = process.t_of_logsnr(-2 ln sigma) (clipped into [0, 1] beyond a VP schedule's ends;
