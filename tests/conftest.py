@@ -129,7 +129,7 @@ def finished_run(tmp_path_factory):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
             base.mkdir(exist_ok=True)
-            r = run_main("wd", cwd=base)  # a relative workdir, as in the README's quickstart
+            r = run_main("wd", cwd=base)  # a relative workdir, as README.md's quickstart uses
             assert r.returncode == 0, r.stderr[-3000:]
             done.write_text(json.dumps(dict(args=r.args, returncode=r.returncode, stdout=r.stdout, stderr=r.stderr)))
     r = subprocess.CompletedProcess(**json.loads(done.read_text()))
