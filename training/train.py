@@ -215,23 +215,25 @@ class Loop:
             labels=self.setup.conditional,
         )
         self.writer = report.MetricWriter(self.workdir, enabled=self.is_main)
-        self._start_clocks(start)  # train_seconds counts the compile, as when the first step compiled it
-        self._compile(start)
         from tqdm import tqdm
 
-        self.bar = tqdm(
-            total=c.train.num_steps,
-            initial=start,
-            disable=not self.is_main,
-            dynamic_ncols=True,
-            desc="train",
-            mininterval=0.5 if sys.stderr.isatty() else 30.0,
-        )
+        self.bar = None
         self.window, self.window_start = [], start
+        self._start_clocks(start)  # train_seconds counts the compile, as when the first step compiled it
         stopped_by = None
         try:
             self._catch_up_periodic(start, state)
             with StopRequest(c.train.stop_check_every) as stop:
+                # a signal during the compile stops the run after its first step, with a checkpoint, as before
+                self._compile(start)
+                self.bar = tqdm(
+                    total=c.train.num_steps,
+                    initial=start,
+                    disable=not self.is_main,
+                    dynamic_ncols=True,
+                    desc="train",
+                    mininterval=0.5 if sys.stderr.isatty() else 30.0,
+                )
                 for step in range(start, c.train.num_steps):
                     _, batch = next(batches)
                     state, metrics = self.setup.step_for(step)(state, batch)
@@ -251,7 +253,8 @@ class Loop:
                         break
         finally:
             batches.close()
-            self.bar.close()
+            if self.bar is not None:
+                self.bar.close()
             self.writer.close()
 
         if stopped_by is not None:
