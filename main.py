@@ -146,9 +146,10 @@ def check_overrides_then_run():
     refuse them first, in one line."""
     from training.validate import ConfigError, check_overrides, rename_overrides
 
-    sys.argv[1:] = rename_overrides(sys.argv[1:])  # fields' earlier names (e.g. sample.ddim_steps), with a note
     try:
-        check_overrides(sys.argv[1:], check_config_file(sys.argv[1:]))
+        config = check_config_file(sys.argv[1:])
+        sys.argv[1:] = rename_overrides(sys.argv[1:], config)  # fields' earlier names (sample.ddim_steps), a note
+        check_overrides(sys.argv[1:], config)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

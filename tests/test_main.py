@@ -187,6 +187,12 @@ def test_old_name_ddim_steps_is_accepted_with_a_note(capsys):
     assert argv == ["--workdir=w", "--config.eval.fid.steps=9", "--config.sample.steps=4"]
     assert capsys.readouterr().err.count("note: config.eval.fid.ddim_steps is now config.eval.fid.steps") == 1
     check_overrides(argv, tiny_config())
+    # a config file that still sets the old name: a flag of either name overrides it (rename_fields then moves it)
+    old_file = tiny_config()
+    old_file.sample.ddim_steps = 8
+    argv = rename_overrides(["--config.sample.steps=4"], old_file)
+    assert argv == ["--config.sample.ddim_steps=4"]
+    assert rename_overrides(["--config.sample.ddim_steps=4"], old_file) == ["--config.sample.ddim_steps=4"]
     from training.checkpoint import run_identity
 
     # sample.* and eval.* are mutable: no run_config.json ever held ddim_steps, so old workdirs resume unchanged

@@ -38,15 +38,21 @@ def _note_renamed(old: str, new: str):
     print(f"note: config.{old} is now config.{new} (the old name still works)", file=sys.stderr, flush=True)
 
 
-def rename_overrides(argv):
+def rename_overrides(argv, config=None):
     """argv with every --config.OLD=V of a renamed field (core.fields.Field.aliases) written as --config.NEW=V, one
-    note per renamed flag: old command lines keep working, and ml_collections sees only current names."""
-    old_to_new, out = renamed(known_fields()), []
+    note per renamed flag, so that old command lines keep working. `config` is the --config file's: where it still
+    sets a field under its old name, a flag of either name is written under the old one instead, so that it
+    overrides the file's value (rename_fields then moves it)."""
+    old_to_new, have, out = renamed(known_fields()), flatten(config) if config is not None else {}, []
+    new_to_old = {new: old for old, new in old_to_new.items()}
     for arg in argv:
         path, eq, value = arg[len("--config.") :].partition("=") if arg.startswith("--config.") else ("", "", "")
         if path in old_to_new:
             _note_renamed(path, old_to_new[path])
-            arg = f"--config.{old_to_new[path]}{eq}{value}"
+            if path not in have:
+                arg = f"--config.{old_to_new[path]}{eq}{value}"
+        elif path in new_to_old and new_to_old[path] in have:
+            arg = f"--config.{new_to_old[path]}{eq}{value}"
         out.append(arg)
     return out
 
