@@ -144,10 +144,12 @@ def check_config_file(argv):
 def check_overrides_then_run():
     """A bad config argument or an override naming no field would fail deep inside flag parsing with a traceback:
     refuse them first, in one line."""
-    from training.validate import ConfigError, check_overrides
+    from training.validate import ConfigError, check_overrides, rename_overrides
 
     try:
-        check_overrides(sys.argv[1:], check_config_file(sys.argv[1:]))
+        config = check_config_file(sys.argv[1:])
+        sys.argv[1:] = rename_overrides(sys.argv[1:], config)  # fields' earlier names (sample.ddim_steps), a note
+        check_overrides(sys.argv[1:], config)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -4,7 +4,7 @@ CVPR 2025): FID 8.72 (uniform) -> 6.62 (learned sampler) at 300 epochs. The LDM'
 5.11 (200 DDIM steps, eta 0; CompVis/latent-diffusion README), trained much longer.
 
     # once: the VQ-f4 first stage in diffusers format (e.g. CompVis/ldm-celebahq-256's vqvae/ folder) and the
-    # prepared tensorflow-datasets celeb_a_hq/256 (README: data); then
+    # prepared tensorflow-datasets celeb_a_hq/256 (docs/config.md#datasets); then
     python -m data.encode_latents --dataset=celeb_a_hq --data_dir=DIR --autoencoder=VQ_DIR --output=latents/celebahq
     python main.py --config=configs/celebahq_ldm.py:adaptive --workdir=workdirs/celebahq_ldm_adaptive \
         --config.data.path=latents/celebahq --config.eval.fid.inception_weights=W --config.eval.fid.reference_stats=S
@@ -49,8 +49,8 @@ def get_config(variant: str = ""):
     t.ema_warmup = True  # LDM's LitEma with use_num_upates=True (its default): min(0.9999, (1 + n) / (10 + n))
     t.num_steps = 168_750
     t.log_every, t.ckpt_every = 500, 5000
-    c.sample.method, c.sample.ddim_steps = "ddim", 200
-    c.eval.fid.method, c.eval.fid.ddim_steps, c.eval.fid.num_samples, c.eval.fid.batch_size = "ddim", 200, 50_000, 500
+    c.sample.method, c.sample.steps = "ddim", 200
+    c.eval.fid.method, c.eval.fid.steps, c.eval.fid.num_samples, c.eval.fid.batch_size = "ddim", 200, 50_000, 500
     c.eval.periodic.every = 0
     c.sampler.adaptive.policy_lr = 1e-2
     c.sampler.adaptive.probe_batch_size = 16  # a divisor of 48 and a multiple of 8 devices (the default 32 is not)

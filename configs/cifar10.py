@@ -1,4 +1,5 @@
-"""CIFAR-10 as in the reference set-up (method.md 1.5): 35.7M-parameter DDPM UNet, T = 1000, eps-prediction,
+"""CIFAR-10 as in the reference set-up (docs/method.md#reference-set-up-and-results): 35.7M-parameter DDPM UNet,
+T = 1000, eps-prediction,
 fixed-large variance, Adam 2e-4 with 5000 warm-up steps, clip 1.0, EMA 0.9999, batch 128, 800k steps.
 
 The paper's CIFAR-10 runs are variants of this one config, chosen by an argument "SCHEDULE,METHOD":
@@ -14,8 +15,9 @@ SCHEDULE: linear | cosine | quad (default quad, the reference code's). METHOD (d
     speed              SpeeD: asymmetric + dual sampling (k 5, tau 700) and change-aware weighting (lam 0.6)
     adaptive           the learned sampler (Kim et al.), unweighted
     adaptive+min_snr   the learned sampler with Min-SNR-5 weighting
-The paper reports (linear, 1.0M iterations, FID-50k): adaptive 2.94, uniform 3.19, Min-SNR 3.16 (method.md 1.5).
-The data must be prepared beforehand (no download at run time): see the README.
+The paper reports (linear, 1.0M iterations, FID-50k): adaptive 2.94, uniform 3.19, Min-SNR 3.16
+(docs/method.md#reference-set-up-and-results).
+The data must be prepared beforehand (no download at run time): see docs/config.md#datasets.
 """
 
 from configs import default
@@ -71,7 +73,8 @@ def get_config(variant: str = ""):
     c.sampler.adaptive.probe_batch_size = -1
     c.sampler.adaptive.sweep_stride = 4
     # --mode=eval as the paper: FID-50k, 1000-step ancestral sampling, EMA, against the training set's Inception
-    # statistics (config.eval.fid.inception_weights / reference_stats: README, FID). Without them no FID is computed.
+    # statistics (config.eval.fid.inception_weights / reference_stats: docs/evaluation.md#fid-and-kid).
+    # Without them no FID is computed.
     c.eval.fid.num_samples = 50_000
     c.eval.fid.method = "ancestral"
     # Periodic curves: the bound estimate on 1,000 test images and FID on 1,000 DDIM-50 samples every 20k steps.

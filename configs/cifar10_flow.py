@@ -12,7 +12,7 @@ Variants (default adaptive):
     logitnormal   t = sigmoid(m + s z), z ~ N(0, 1), m = 0, s = 1 (SD3, Esser et al. 2024)
     adaptive      the learned sampler (Kim et al.) in continuous time: t ~ Beta(alpha(x0), beta(x0)), not rounded
 All three train the unweighted velocity MSE |v - (eps - x0)|^2 (weighting none). The data must be prepared beforehand
-(no download at run time): see the README.
+(no download at run time): see docs/config.md#datasets.
 
 From configs/cifar10.py, unchanged: the data (CIFAR-10 32x32x3, random horizontal flips); the 35.7M-parameter DDPM
 UNet (ch 128, ch_mult (1, 2, 2, 2), 2 res blocks, attention at 16x16, dropout 0.1, 32 groups); Adam lr 2e-4 with
@@ -60,10 +60,10 @@ def get_config(variant: str = ""):
     d.name, d.target, d.time_direction, d.time_scale = "flow", "velocity", "noise_at_1", 1000.0
     c.sampler.name, c.weighting.name = sampler, "none"
     c.sampler.logitnormal.mean, c.sampler.logitnormal.std = 0.0, 1.0  # SD3's logit-normal(0, 1)
-    c.sample.method, c.sample.ddim_steps = "heun", 50  # Heun steps: 99 network evaluations
+    c.sample.method, c.sample.steps = "heun", 50  # Heun steps: 99 network evaluations
     f = c.eval.fid
-    f.method, f.ddim_steps, f.num_samples = "heun", 50, 50_000
+    f.method, f.steps, f.num_samples = "heun", 50, 50_000
     p = c.eval.periodic
-    p.method, p.ddim_steps = "heun", 25
+    p.method, p.steps = "heun", 25
     p.nll_timesteps = 25  # Heun steps of the periodic ODE likelihood
     return c

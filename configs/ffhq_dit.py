@@ -2,7 +2,7 @@
 Model Training"): unconditional DiT-XL/2 on FFHQ 256 latents (Stable Diffusion's KL-f8, 32x32x4), uniform vs SpeeD
 vs the learned sampler.
 
-    python -m data.encode_latents --dataset=folder ... (FFHQ's 70,000 PNGs: see the README's latent section)
+    python -m data.encode_latents --dataset=folder ... (FFHQ's 70,000 PNGs: docs/latent.md#encoding-a-dataset)
     python main.py --config=configs/ffhq_dit.py:speed --workdir=gs://BUCKET/ffhq_dit_speed --config.data.path=LATENTS
 
 Variants: uniform | speed | adaptive (default). Settings, from NUS-HPC-AI-Lab/SpeeD configs/comparison/base.yaml,
@@ -38,9 +38,9 @@ def get_config(variant: str = ""):
     t.log_every, t.ckpt_every = 500, 10_000
     c.sampler.speed.k, c.sampler.speed.tau = 2.0, 700
     c.weighting.speed.lam, c.weighting.speed.tau = 0.6, 700
-    c.sample.method, c.sample.ddim_steps = "ddim", 250
+    c.sample.method, c.sample.steps = "ddim", 250
     f = c.eval.fid
-    f.method, f.ddim_steps, f.num_samples, f.batch_size = "ddim", 250, 10_000, 500
+    f.method, f.steps, f.num_samples, f.batch_size = "ddim", 250, 10_000, 500
     c.eval.periodic.every = 0
     c.sampler.adaptive.policy_lr = 1e-2
     return c

@@ -26,10 +26,10 @@ def get_config(variant: str = ""):
     c = default_config(data="digits", model="unet", diffusion=process, sampler=sampler, weighting="none")
     c.train.ema_warmup = True  # as configs/default.py
     c.sample.method = "heun"
-    c.sample.ddim_steps = 50  # Heun steps: 99 network evaluations
+    c.sample.steps = 50  # Heun steps: 99 network evaluations
     c.eval.fid.method = "heun"
-    c.eval.fid.ddim_steps = 50
+    c.eval.fid.steps = 50
     c.eval.periodic.method = "heun"
-    c.eval.periodic.ddim_steps = 25
+    c.eval.periodic.steps = 25
     c.eval.periodic.nll_timesteps = 20  # Heun steps of the periodic ODE likelihood (vp: stratified times of the ELBO)
     return c

@@ -19,7 +19,7 @@ Published (FID-50K on ImageNet 256, no guidance; not run here):
   the same of the paper's SiT-XL/2 8.3 (SiT #31); with the ODE the DispLoss paper's own SiT-B/2 baseline at 400k
   is 36.49 (DispLoss #4). A user reports 34.7 on retraining SiT-B/2 for 400k steps (SiT #31).
 - A JAX reimplementation reports SiT-B/2 34.49 with uniform t and 29.35 with logit-normal(0, 1) at a similar budget
-  (as reported in method.md section 6's sources: the reimplementation itself could not be found).
+  (as reported second-hand, docs/method.md#beyond-the-ddpm-chain: the reimplementation itself could not be found).
 Ours samples with an ODE (below), so the uniform run compares with the ODE figures more than with 33.0.
 
 Settings, from willisma/SiT train.py, train_utils.py, models.py, transport/ and sample_ddp.py (commit 947f95b):
@@ -81,9 +81,9 @@ def get_config(variant: str = ""):
     t.log_every, t.ckpt_every = 500, 10_000
     c.sampler.logitnormal.mean, c.sampler.logitnormal.std = 0.0, 1.0
     c.sampler.adaptive.policy_lr = 1e-2
-    c.sample.method, c.sample.ddim_steps, c.sample.guidance_scale = "heun", 50, 4.0
+    c.sample.method, c.sample.steps, c.sample.guidance_scale = "heun", 50, 4.0
     f = c.eval.fid
-    f.method, f.ddim_steps, f.num_samples, f.batch_size, f.guidance_scale = "heun", 125, 50_000, 1000, 1.0
+    f.method, f.steps, f.num_samples, f.batch_size, f.guidance_scale = "heun", 125, 50_000, 1000, 1.0
     p = c.eval.periodic
-    p.every, p.method, p.ddim_steps = 0, "heun", 25
+    p.every, p.method, p.steps = 0, "heun", 25
     return c

@@ -3,7 +3,7 @@ autoencoder, 32x32x4) with Min-SNR weighting, with and without the learned sampl
 2025): FID 4.54 (Min-SNR) -> 4.33 (learned sampler + Min-SNR) at 1.0M iterations. U-ViT's own (baofff/U-ViT README):
 U-ViT-L/2 FID 3.40 at 300k steps, U-ViT-H/2 2.29 at 500k, batch 1024, guidance.
 
-    python -m data.encode_latents --dataset=folder ... (an ImageNet train/ tree: see the README's latent section)
+    python -m data.encode_latents --dataset=folder ... (an ImageNet train/ tree: docs/latent.md#encoding-a-dataset)
     python main.py --config=configs/imagenet256_uvit.py:adaptive+min_snr --workdir=gs://BUCKET/uvit_ant \
         --config.data.path=LATENTS
 
@@ -41,9 +41,9 @@ def get_config(variant: str = ""):
     t.b1, t.b2, t.ema_decay = 0.99, 0.99, 0.9999
     t.num_steps = 1_000_000
     t.log_every, t.ckpt_every = 500, 10_000
-    c.sample.method, c.sample.ddim_steps, c.sample.guidance_scale = "ddim", 50, 4.0
+    c.sample.method, c.sample.steps, c.sample.guidance_scale = "ddim", 50, 4.0
     f = c.eval.fid
-    f.method, f.ddim_steps, f.num_samples, f.batch_size, f.guidance_scale = "ddim", 50, 50_000, 1000, 1.4
+    f.method, f.steps, f.num_samples, f.batch_size, f.guidance_scale = "ddim", 50, 50_000, 1000, 1.4
     c.eval.periodic.every = 0
     c.sampler.adaptive.policy_lr = 1e-2
     return c

@@ -23,6 +23,6 @@ def get_config(sampler: str = ""):
     c.train.warmup_steps = 500
     c.train.ema_warmup = True
     c.train.ckpt_every = 2_000
-    c.sample.method, c.sample.ddim_steps = "ddim", 100
+    c.sample.method, c.sample.steps = "ddim", 100
     c.eval.periodic.every = 1_000
     return c

@@ -72,6 +72,8 @@ class Field:
     allow_empty: bool = False  # for ints
     mutable: bool = False
     note: str = ""  # appended to the allowed range in errors, e.g. "(paper: 5)"
+    # earlier names of this field, still accepted in configs, overrides and command lines (with a note)
+    aliases: tuple = ()
 
     def options(self) -> tuple:
         return tuple(self.choices() if callable(self.choices) else self.choices)
@@ -135,8 +137,20 @@ class Field:
         raise ValueError(f"unknown field kind {self.kind!r}")
 
 
-def Int(default, lo: Bound = None, hi: Bound = None, *, extra=(), allowed=(), mutable=False, note="") -> Field:
-    return Field("int", default, lo, hi, extra=tuple(extra), allowed=tuple(allowed), mutable=mutable, note=note)
+def Int(
+    default, lo: Bound = None, hi: Bound = None, *, extra=(), allowed=(), mutable=False, note="", aliases=()
+) -> Field:
+    return Field(
+        "int",
+        default,
+        lo,
+        hi,
+        extra=tuple(extra),
+        allowed=tuple(allowed),
+        mutable=mutable,
+        note=note,
+        aliases=tuple(aliases),
+    )
 
 
 def Num(default, lo: Bound = None, hi: Bound = None, *, lo_open=False, hi_open=False, mutable=False, note="") -> Field:
@@ -174,6 +188,16 @@ def flatten(tree, prefix: str = "") -> dict:
             out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[prefix + k] = v
+    return out
+
+
+def renamed(fields: Mapping[str, Field]) -> dict:
+    """{old dotted path: current dotted path} of the fields' aliases (`fields`: {dotted path: Field})."""
+    out = {}
+    for path, field in fields.items():
+        parent = path.rpartition(".")[0]
+        for alias in field.aliases:
+            out[f"{parent}.{alias}" if parent else alias] = path
     return out
 
 

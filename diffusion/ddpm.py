@@ -3,8 +3,8 @@ network's prediction target and the reverse-process variance, with everything th
 and evaluation ask of a process. It knows nothing of the config's layout (config.diffusion, name "ddpm").
 
 Time domain: integer timesteps t = 0..T-1 (`num_timesteps`), drawn by the timestep samplers.
-Formulas follow openai/improved-diffusion (`gaussian_diffusion.py`); method.md section 4. Images are in [-1, 1] with
-shape [B, H, W, C], timesteps are int32 [B].
+Formulas follow openai/improved-diffusion (`gaussian_diffusion.py`); docs/method.md#the-variational-bound.
+Images are in [-1, 1] with shape [B, H, W, C], timesteps are int32 [B].
 
 Choices written down:
 - `clip_denoised` clips the predicted x0 to [-1, 1] before forming the model mean. Training-time terms (the learned
@@ -268,7 +268,8 @@ class DDPM:
         return jnp.where(t == 0, nll, kl)
 
     def kl_terms_bpd(self, x0, xt, t, out, clip_denoised: bool = False):
-        """The Gaussian KL in bits/dim at every t, t = 0 included (the learned sampler's reward, method.md 1.2)."""
+        """The Gaussian KL in bits/dim at every t, t = 0 included (the learned sampler's reward,
+        docs/method.md#reward)."""
         true_mean, _, true_logvar = self.q_posterior(x0, xt, t)
         mean, logvar, _ = self.p_mean_variance(xt, t, out, clip_denoised)
         return mean_flat(normal_kl(true_mean, true_logvar, mean, logvar)) / LN2

@@ -2,7 +2,7 @@
 log-variance, folding many timesteps into one batch, and the stratified timesteps of the bound estimate. The processes
 (ddpm.py) use them.
 
-Formulas follow openai/improved-diffusion (`gaussian_diffusion.py`, `losses.py`); method.md section 4.
+Formulas follow openai/improved-diffusion (`gaussian_diffusion.py`, `losses.py`); docs/method.md#the-variational-bound.
 Choice written down: the discretised Gaussian decoder uses the tanh approximation of the normal CDF, as
 improved-diffusion does, so the numbers match that reference; bins are 2/255 wide, edge bins open-ended,
 probabilities clamped at 1e-12.

@@ -12,7 +12,7 @@ FID_FIELDS = dict(
     num_samples=Int(1000, 2),  # generated images per FID (paper tables: 50,000 on CIFAR-10)
     # DDPM: ancestral (all T steps, the paper's protocol) | ddim; continuous time: ancestral | euler | heun
     method=Choice("ddim", ALL_METHODS),
-    ddim_steps=Int(100, 1, "T"),  # steps of ddim and of the continuous-time methods
+    steps=Int(100, 1, "T", aliases=("ddim_steps",)),  # sampler steps, as config.sample.steps
     batch_size=Int(1000, 1),  # samples per sampling call (chunk i seeded fold_in(key, i); one call: the key)
     guidance_scale=Num(1.0, 0.0),  # classifier-free guidance of a class-conditional model (periodic FID too)
     kid_subsets=Int(100, 1),  # KID: mean over this many subsets ...
@@ -34,7 +34,7 @@ PERIODIC_FIELDS = dict(
     nll_timesteps=Int(50, 2, "T"),
     num_samples=Int(250, 2),  # generated images for the periodic FID/KID
     method=Choice("ddim", ALL_METHODS),
-    ddim_steps=Int(50, 1, "T"),
+    steps=Int(50, 1, "T", aliases=("ddim_steps",)),  # sampler steps, as config.sample.steps
 )
 
 # --mode=eval (training/evaluate.py): the latest checkpoint's EMA parameters.
@@ -45,7 +45,8 @@ EVAL_FIELDS = all_mutable(
         chunk_rows=Int(8192, 0),  # network rows per call inside the bound (image x timestep pairs; memory bound)
         num_samples=Int(64, 1),  # samples in the eval grid
         # FID and KID (evaluation/): for the digits in the feature space of a small classifier trained on them (cached);
-        # for other datasets with the FID InceptionV3 from a weights file (README: FID; nothing is downloaded).
+        # for other datasets with the FID InceptionV3 from a weights file (docs/evaluation.md#fid-and-kid; nothing is
+        # downloaded).
         fid=FID_FIELDS,
         periodic=PERIODIC_FIELDS,
     )
@@ -71,7 +72,7 @@ def check_eval(config):
         f.features != "inception" or weights,
         p + "features",
         f.features,
-        "needs config.eval.fid.inception_weights (README: FID)",
+        "needs config.eval.fid.inception_weights (docs/evaluation.md#fid-and-kid)",
     )
 
     def exists(path):
@@ -81,7 +82,7 @@ def check_eval(config):
         not weights or exists(weights),
         p + "inception_weights",
         weights,
-        "no such file (pytorch-fid's pt_inception-2015-12-05-6726825d.pth; README: FID)",
+        "no such file (pytorch-fid's pt_inception-2015-12-05-6726825d.pth; docs/evaluation.md#fid-and-kid)",
     )
     if fid_kind(config) == "inception":
         _require(
@@ -89,13 +90,13 @@ def check_eval(config):
             p + "reference_stats",
             stats,
             "must be set with config.eval.fid.inception_weights: "
-            "the dataset's statistics, made by `python -m evaluation.reference` (README: FID)",
+            "the dataset's statistics, made by `python -m evaluation.reference` (docs/evaluation.md#fid-and-kid)",
         )
     _require(
         not stats or exists(stats),
         p + "reference_stats",
         stats,
-        "no such file (make it with `python -m evaluation.reference`; README: FID)",
+        "no such file (make it with `python -m evaluation.reference`; docs/evaluation.md#fid-and-kid)",
     )
     if stats and "://" not in stats and fid_kind(config) != "classifier":
         problem = check_reference_stats(config)

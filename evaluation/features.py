@@ -70,7 +70,7 @@ def fid_unavailable_reason(config) -> str | None:
         return "config.eval.fid.features='none'"
     return (
         f"no FID for config.data.name={config.data.name!r}: set config.eval.fid.inception_weights (pytorch-fid's "
-        f"pt_inception-2015-12-05-6726825d.pth) and config.eval.fid.reference_stats (README: FID)"
+        f"pt_inception-2015-12-05-6726825d.pth) and config.eval.fid.reference_stats (docs/evaluation.md#fid-and-kid)"
     )
 
 

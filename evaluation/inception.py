@@ -8,8 +8,8 @@ use_fid_inception=True)` (github.com/mseitzer/pytorch-fid, src/pytorch_fid/incep
 RGB), scaled to [0, 1], resized to 299x299 bilinearly with half-pixel centres and no antialiasing (torch's
 F.interpolate(mode="bilinear", align_corners=False)), then to [-1, 1]. Output: the global average pool, [N, 2048].
 
-Weights: pytorch-fid's release file pt_inception-2015-12-05-6726825d.pth (README: where to get it), read without
-PyTorch by evaluation/torch_file.py and mapped by name: `X.conv.weight` [O, I, kh, kw] -> Flax kernel
+Weights: pytorch-fid's release file pt_inception-2015-12-05-6726825d.pth (docs/evaluation.md#fid-and-kid: where to get
+it), read without PyTorch by evaluation/torch_file.py and mapped by name: `X.conv.weight` [O, I, kh, kw] -> Flax kernel
 [kh, kw, I, O]; `X.bn.{weight, bias, running_mean, running_var}` -> scale, bias, mean, var. tests/test_inception.py
 compares the features with pytorch-fid's own module on the same weights (fixture made by
 tests/fixtures/make_inception_fixture.py).

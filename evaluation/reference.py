@@ -72,7 +72,7 @@ def main(argv):
     if not c.eval.fid.inception_weights or not os.path.isfile(c.eval.fid.inception_weights):
         print(
             f"error: config.eval.fid.inception_weights={c.eval.fid.inception_weights!r}: no such file (pytorch-fid's "
-            f"pt_inception-2015-12-05-6726825d.pth; README: FID)",
+            f"pt_inception-2015-12-05-6726825d.pth; docs/evaluation.md#fid-and-kid)",
             file=sys.stderr,
         )
         return 2

@@ -7,10 +7,11 @@ ctx["num_classes"]: the dataset's class count, 0 when it has no labels) and
 
     module.apply(params, x [B, H, W, C], t [B], y [B] int or None, train=..., rngs=...)
 
-that returns the network output [B, H, W, out_channels] in float32 (out_channels is C, or 2C when the process
-learns the variance). t is the process's time (an integer timestep for DDPM, passed as a number). With
-num_classes = K > 0 the module embeds K + 1 classes, class K being the null class of classifier-free guidance; y=None
-(only for K = 0) means unconditional.
+that returns the network output [B, H, W, out_channels] in float32 (out_channels is C, or 2C when the process learns the
+variance). The module has a `dtype` attribute (its compute dtype): the bound terms and the learned sampler's probes run
+a float32 clone, module.clone(dtype=jnp.float32). t is the process's time (an integer timestep for DDPM, passed as a
+number). With num_classes = K > 0 the module embeds K + 1 classes, class K being the null class of classifier-free
+guidance; y=None (only for K = 0) means unconditional.
 """
 
 from core.fields import Bool, Choice, FieldError, Num

@@ -162,8 +162,8 @@ class UNet(nn.Module):
 
 @MODELS.register
 class UNetModel:
-    """The registered part: the UNet's config fields (defaults: the digits' 280k-parameter UNet, sized so that a
-    step at batch 128 runs at >= 10 steps/s on 2 CPU cores, README) and its construction."""
+    """The registered part: the UNet's config fields (defaults: the digits' 280k-parameter UNet, sized for a laptop
+    CPU: docs/benchmarks.md#speed-of-the-step) and its construction."""
 
     name = "unet"
     FIELDS = dict(

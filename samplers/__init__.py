@@ -1,5 +1,5 @@
 """Timestep samplers, registered by name (SAMPLERS). Adding one: a module with a Sampler subclass registered with
-`@SAMPLERS.register`, declaring its own config fields (README: adding a part); import it here to ship it."""
+`@SAMPLERS.register`, declaring its own config fields (docs/extending.md#a-sampler); import it here to ship it."""
 
 from samplers import (
     adaptive,

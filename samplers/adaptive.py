@@ -1,4 +1,4 @@
-"""The learned timestep sampler of Kim et al. (CVPR 2025), method.md section 1, as one part of the jitted step.
+"""The learned timestep sampler of Kim et al. (CVPR 2025), docs/method.md#the-learned-sampler, in the jitted step.
 
 Every step: the Beta policy sees each image x0 and draws u ~ Beta(alpha, beta), t = round(u (T - 1)); the loss
 weight is 1 (the non-uniform density deliberately re-weights the objective). Options (defaults as the reference):
@@ -23,7 +23,7 @@ The probe and sweep rows (image, timestep, noise) are spread over the data axis 
 `probe_chunk_rows` rows per device (training/rows.py), each chunk with dropout masks of its own: the sweep costs each
 device 1/D of the grid, as the reference splits it over its GPUs.
 
-Deviations from the reference code, written down (method.md 1.3 and issue notes):
+Deviations from the reference code, written down (docs/method.md#deviations-from-the-reference-code):
 - Rows of the buffer that are all zero (an update that changed nothing) are not valid rows of the F-statistic, as the
   reference drops them before f_regression.
 - S is re-selected only once `select_min_rows` (3) valid rows exist; the reference re-selects from 2, where every
@@ -40,11 +40,10 @@ at the first |S| grid times. The reward (`reward`): "bound" is the reduction of 
 chain the Gaussian KL (the paper) and in continuous time the ELBO integrand -1/2 lambda'(t) |eps - eps_hat|^2 in
 bits/dim (continuous.elbo_integrand; the same objective carried over) times 1 / grid: the integrand is per unit of
 t, so one grid cell's share of the bound is the counterpart of one step's KL on a chain of grid steps, and every
-field (entropy_coef, policy_grad_clip, policy_lr) means the same in both domains; "loss" the reduction of the training
-objective w(t) MSE at S (plus a learned variance's term). The default, "bound", was chosen in continuous time by
-measurement on the embedded digits with flow matching (README: the learned sampler in continuous time): at 2,000
-steps, 3 seeds, it gave the lower test likelihood in every seed (paired difference to "loss" -0.16 bits/dim, 95%
-interval [-0.38, +0.05]) at the same FID within the seeds' spread.
+field (entropy_coef, policy_grad_clip, policy_lr) means the same in both domains; "loss" the reduction of the
+training objective w(t) MSE at S (plus a learned variance's term). The default, "bound", is the paper's objective,
+and in continuous time it was chosen over "loss" by measurement, before the per-cell scale
+(docs/benchmarks.md#flow-matching-on-the-digits-2026-12-01).
 """
 
 import jax
@@ -122,7 +121,7 @@ class AdaptiveSampler(Sampler):
         policy_b2=Num(0.999, 0.0, 1.0, hi_open=True),
         policy_grad_clip=Num(1.0, 0.0, lo_open=True),
         entropy_coef=Num(1e-2, 0.0, mutable=True),
-        # standard: -E[log pi R] - c H (method.md 1.4); reference: -E[log pi (R + c H)], H not detached.
+        # standard: -E[log pi R] - c H (docs/method.md#policy-update); reference: -E[log pi (R + c H)], H not detached.
         entropy_form=Choice("standard", ENTROPY_FORMS),
         # REINFORCE baseline: 0 (reference) none; else the decay of a bias-corrected running mean of the mean reward,
         # subtracted from each reward (a variance reduction; the expected gradient is unchanged)
@@ -132,9 +131,9 @@ class AdaptiveSampler(Sampler):
         # loss weights 1 / (T p(t)), p the (mixed) probability of t's rounding bin, floored at MIN_BIN_MASS / T
         # (reference: none; the density deliberately re-weights the objective)
         importance_weights=Bool(False),
-        # The changes below keep a step with this sampler within 1.10x of a uniform step, amortised over f_S, on the
-        # digits' small model (benchmarks/throughput.py on 2 CPU cores, README). configs/cifar10.py keeps the
-        # reference probe.
+        # The changes below keep a step with this sampler close to a uniform step, amortised over f_S, on the digits'
+        # small model (docs/benchmarks.md#the-learned-samplers-own-settings). configs/cifar10.py keeps the reference
+        # probe.
         # Sweep every 20th timestep (reference: all T): the sweep is most of an update's cost; S is then chosen among
         # the timesteps 0, 20, 40, ... ("even"), or among as many geometrically spaced ones ("geometric")
         sweep_stride=Int(20, 1, "T"),
@@ -149,13 +148,12 @@ class AdaptiveSampler(Sampler):
         common_noise=Bool(True),
         probe_dropout=Bool(True),  # probe in train mode, dropout on (reference)
         # Probes and sweep run the network on at most this many rows per device at a time (0: all at once); each
-        # chunk draws its own dropout masks. Not in the reference. Measured on 2 CPU cores: 16-row chunks per device
-        # make an update step faster than 64-row ones and remove the cost that the update branch's scratch memory
-        # put on every other step (XLA sizes it for the largest branch).
+        # chunk draws its own dropout masks. Not in the reference. Small chunks bound the update's scratch memory,
+        # which XLA sizes for the largest branch (docs/benchmarks.md#the-learned-samplers-own-settings).
         probe_chunk_rows=Int(16, 0),
         # A quarter of the reference policy's width (32, 64, 128 / 256, 256): its forward pass runs on every step,
-        # and at full width it costs about 10% of the digits' 280k-parameter UNet's step (9.8 ms per 128 images on
-        # one core). Measured amortised ratio with (16, 32, 64 / 128, 128): 1.136x; with this width: 1.09x (README).
+        # where at full width it is a visible share of the digits' small UNet's step
+        # (docs/benchmarks.md#the-learned-samplers-own-settings).
         policy_channels=Ints((8, 16, 32), 1, allow_empty=True),
         policy_hidden=Ints((64, 64), 1, allow_empty=True),
         # bins of t for the diagnostics of the policy's density (sampler/policy_density in metrics.jsonl)

@@ -1,4 +1,4 @@
-"""Univariate F-statistic feature selection on device (sklearn's SelectKBest(f_regression), method.md 1.3).
+"""Univariate F-statistic feature selection on device (sklearn's SelectKBest(f_regression), docs/method.md#choosing-s).
 
 F_j = r_j^2 / (1 - r_j^2) * (n - 2), r_j the Pearson correlation of column j of X with y over the n valid rows.
 As in sklearn's f_regression(force_finite=True): an undefined F (a constant column, or constant y) is 0, and

@@ -4,7 +4,7 @@ The noise level of step t is n_t = sqrt(1 - alpha_bar_t), the variable SpeeD's c
 the logit-normal on. The density is evaluated there and normalised over the T steps:
     pi(n) = 1 / (s sqrt(2 pi)) / (n (1 - n)) exp(-(logit(n) - m)^2 / (2 s^2)),   p(t) = pi(n_t) / sum_tau pi(n_tau),
 with m = 0, s = 1 by default. It is a sampling density: timesteps are drawn from p with loss weight 1, never drawn
-as random loss weights (a known misuse, method.md section 3). Choices written down: the density is evaluated at each
+as random loss weights (a known misuse, docs/method.md#logit-normal-sd3). Choices: the density is evaluated at each
 step's level, not integrated over cells, without a Jacobian. SpeeD's code also multiplies pi by n / (1 - n) and
 writes the exponent as (logit(n) - m)^2 / 2 * s^2 (the same as ours for s = 1); we do neither.
 A step whose level is 0 or 1 (a zero-terminal-SNR end) gets probability 0 instead of a division by zero.

@@ -1,7 +1,7 @@
 """EDM's log-normal noise levels (Karras et al. 2022), on the discrete DDPM chain: ln sigma ~ N(mean, std^2)
 (EDM: -1.2, 1.2), mapped to the step whose sigma_t = sqrt((1 - alpha_bar_t) / alpha_bar_t) is nearest.
 
-The nearest-sigma mapping is this project's choice (method.md section 3): "nearest" is by |sigma - sigma_t| in sigma
+The nearest-sigma mapping is our choice (docs/method.md#log-normal-edm): "nearest" is by |sigma - sigma_t| in sigma
 itself, so step t receives the probability of the cell between the midpoints of its neighbours' sigmas,
 p(t) = Phi((ln hi_t - mean) / std) - Phi((ln lo_t - mean) / std), lo_0 = 0 and hi_{T-1} = infinity: a sigma beyond
 the chain's largest one lands on the last step, one below the smallest on step 0. Loss weight 1 (EDM trains at

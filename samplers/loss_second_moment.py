@@ -1,5 +1,5 @@
 """Importance sampling by the loss's second moment (openai/improved-diffusion `resample.py`,
-LossSecondMomentResampler), method.md section 3.
+LossSecondMomentResampler), docs/method.md#importance-sampling-by-the-loss-second-moment.
 
 The state keeps the last H (= 10) losses of every timestep. Until every t has H of them, p is uniform; then
 p(t) = (1 - eps) sqrt(mean(loss_t^2)) / sum_tau sqrt(mean(loss_tau^2)) + eps / T, eps = 0.001.

@@ -1,4 +1,4 @@
-"""The Beta policy network of the learned timestep sampler (Kim et al., CVPR 2025; method.md 1.1).
+"""The Beta policy network of the learned timestep sampler (Kim et al., CVPR 2025; docs/method.md#policy).
 
 A conv trunk (3x3 convs with ReLU, 2x2 max-pool while the image is at least 2x2), global average pooling so any
 image size and channel count works (the reference flattens a fixed 32x32x3 map), an MLP, and two heads:

@@ -1,5 +1,5 @@
 """SpeeD's timestep sampling (Wang et al., arXiv 2405.17403; reference code NUS-HPC-AI-Lab/SpeeD,
-speed/diffusion/speed/__init__.py), method.md section 2.
+speed/diffusion/speed/__init__.py), docs/method.md#speed-sampling.
 
 Asymmetric density: p(t) = k / (T + tau (k - 1)) for t < tau and 1 / (T + tau (k - 1)) for t >= tau.
 Dual sampling: draw B // 2 + 1 timesteps from p, pair each with t' = |t - m|, where m = argmax(g < 1e-4) + 1 and

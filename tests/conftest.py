@@ -38,7 +38,7 @@ TINY = {
     "train.warmup_steps": 2,
     "sample.num": 4,
     "sample.method": "ddim",
-    "sample.ddim_steps": 5,
+    "sample.steps": 5,
     "diagnostics.t_bins": 10,
     "sampler.adaptive.probe_batch_size": 8,
     "sampler.adaptive.policy_channels": (8, 16),
@@ -129,7 +129,7 @@ def finished_run(tmp_path_factory):
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not done.exists():
             base.mkdir(exist_ok=True)
-            r = run_main("wd", cwd=base)  # a relative workdir, as in the README
+            r = run_main("wd", cwd=base)  # a relative workdir, as README.md's quickstart uses
             assert r.returncode == 0, r.stderr[-3000:]
             done.write_text(json.dumps(dict(args=r.args, returncode=r.returncode, stdout=r.stdout, stderr=r.stderr)))
     r = subprocess.CompletedProcess(**json.loads(done.read_text()))

@@ -1,5 +1,6 @@
-"""The baseline samplers and weightings against values computed by hand from their formulas (method.md sections 2-3),
-the known bugs of public code not repeated, and importance weights that keep the loss unbiased."""
+"""The baseline samplers and weightings against values computed by hand from their formulas
+(docs/method.md#baselines-timestep-samplers, docs/method.md#baselines-loss-weightings), the known bugs of public
+code not repeated, and importance weights that keep the loss unbiased."""
 
 import math
 import re

@@ -18,7 +18,7 @@ def test_periodic_evaluations_trace_sampling_and_bound_once(tmp_path):
             "eval.periodic.nll_images": 16,
             "eval.periodic.nll_timesteps": 4,
             "eval.periodic.num_samples": 16,
-            "eval.periodic.ddim_steps": 3,
+            "eval.periodic.steps": 3,
             "sampler.name": "uniform",
         }
     )

@@ -12,7 +12,7 @@ from conftest import main_cmd, restore_checkpoint, run_main, tiny_config, tiny_f
 
 FID = {
     "eval.fid.num_samples": 24,
-    "eval.fid.ddim_steps": 3,
+    "eval.fid.steps": 3,
     "eval.fid.kid_subsets": 10,
     "eval.fid.batch_size": 16,
 }  # two sampling calls: 16 + 8
@@ -21,7 +21,7 @@ PERIODIC = {
     "eval.periodic.nll_images": 16,
     "eval.periodic.nll_timesteps": 6,
     "eval.periodic.num_samples": 16,
-    "eval.periodic.ddim_steps": 3,
+    "eval.periodic.steps": 3,
 }
 
 

@@ -109,7 +109,7 @@ def latent_config(out, ae_dir, steps):
             "train.log_every": 1,
             "train.ckpt_every": 2,
             "sample.num": 4,
-            "sample.ddim_steps": 3,
+            "sample.steps": 3,
             "sampler.adaptive.probe_batch_size": 8,
             "sampler.adaptive.policy_channels": (8, 16),
             "sampler.adaptive.policy_hidden": (32,),

@@ -157,3 +157,52 @@ def test_a_config_built_in_code_is_checked_for_types_unknown_and_missing_fields(
         with pytest.raises(ConfigError) as e:
             validate(with_change(change))
         assert needle in str(e.value) and "\n" not in str(e.value), str(e.value)
+
+
+def test_compile_phase_is_named_before_the_progress_bar(finished_run):
+    _, r = finished_run
+    err = r.stderr
+    # the learned sampler's two step programs (policy-update steps and the others) compile before the bar starts
+    start, done = err.find("Compiling the 2 train-step programs"), err.find("Compiled in ")
+    bar = err.find("train:")
+    assert 0 <= start < done < bar, err[-3000:]
+    assert re.search(r"Compiled in \d+\.\d s\n", err), err[-3000:]
+
+
+def test_old_name_ddim_steps_is_accepted_with_a_note(capsys):
+    """sample.ddim_steps (and eval.fid / eval.periodic's) is now `steps`: an old config, override dict or command
+    line still works, with one note per use."""
+    from training.validate import check_overrides, rename_overrides
+
+    c = tiny_config(**{"sample.ddim_steps": 7, "eval.periodic.ddim_steps": 3})
+    validate(c)
+    assert c.sample.steps == 7 and c.eval.periodic.steps == 3 and c.eval.fid.steps == 100
+    assert "ddim_steps" not in c.sample and "ddim_steps" not in c.eval.periodic
+    notes = sorted(capsys.readouterr().err.strip().splitlines())
+    assert notes == [
+        "note: config.eval.periodic.ddim_steps is now config.eval.periodic.steps (the old name still works)",
+        "note: config.sample.ddim_steps is now config.sample.steps (the old name still works)",
+    ]
+    argv = rename_overrides(["--workdir=w", "--config.eval.fid.ddim_steps=9", "--config.sample.steps=4"])
+    assert argv == ["--workdir=w", "--config.eval.fid.steps=9", "--config.sample.steps=4"]
+    assert capsys.readouterr().err.count("note: config.eval.fid.ddim_steps is now config.eval.fid.steps") == 1
+    check_overrides(argv, tiny_config())
+    # a config file that still sets the old name: a flag of either name overrides it (rename_fields then moves it)
+    old_file = tiny_config()
+    old_file.sample.ddim_steps = 8
+    argv = rename_overrides(["--config.sample.steps=4"], old_file)
+    assert argv == ["--config.sample.ddim_steps=4"]
+    assert rename_overrides(["--config.sample.ddim_steps=4"], old_file) == ["--config.sample.ddim_steps=4"]
+    from training.checkpoint import run_identity
+
+    # sample.* and eval.* are mutable: no run_config.json ever held ddim_steps, so old workdirs resume unchanged
+    assert "sample" not in run_identity(c) and "eval" not in run_identity(c)
+
+
+def test_old_name_on_main_command_line_reaches_the_new_field(tmp_path):
+    """The whole command-line path (flag parsing included), stopped by a bad value before JAX starts."""
+    r = run_main(tmp_path / "w", "--config.sample.ddim_steps=0")
+    assert r.returncode == 2
+    assert "note: config.sample.ddim_steps is now config.sample.steps" in r.stderr
+    assert "error: config.sample.steps=0 is not allowed: must be an integer in 1..1000" in r.stderr
+    assert not (tmp_path / "w" / "checkpoints").exists()

@@ -223,7 +223,7 @@ def evaluate(config, workdir: str) -> dict:
             jax.random.fold_in(key, 2),
             f.num_samples,
             f.method,
-            f.ddim_steps,
+            f.steps,
             f.guidance_scale,
         )
         if pixels is None:
@@ -249,7 +249,7 @@ def evaluate(config, workdir: str) -> dict:
             protocol=dict(
                 num=c.eval.num_samples,
                 method=c.sample.method,
-                steps=setup.process.sampling_steps(c.sample.method, c.sample.ddim_steps),
+                steps=setup.process.sampling_steps(c.sample.method, c.sample.steps),
                 parameters="EMA",
                 **guidance_protocol(setup, c.sample.guidance_scale),
             ),
@@ -287,7 +287,7 @@ class PeriodicEval:
             fid=None
             if self.space is None
             else f"fid_N{p.num_samples} / kid_N{p.num_samples}: {p.num_samples} samples ({p.method}"
-            f"{f', {p.ddim_steps} steps' if self.setup.process.uses_steps(p.method) else ''}) in the "
+            f"{f', {p.steps} steps' if self.setup.process.uses_steps(p.method) else ''}) in the "
             f"{self.space.name} space",
             parameters="EMA",
             note="cheap estimates for convergence curves, not --mode=eval numbers",
@@ -305,7 +305,7 @@ class PeriodicEval:
                 jax.random.fold_in(self.key, 1),
                 p.num_samples,
                 p.method,
-                p.ddim_steps,
+                p.steps,
                 self.setup.config.eval.fid.guidance_scale,
             )
             out[f"{self.prefix}fid_N{p.num_samples}"] = scores["fid"]

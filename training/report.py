@@ -18,7 +18,9 @@ SAMPLE_FIELDS = all_mutable(
         num=Int(64, 1),
         # DDPM: ancestral (all T steps) | ddim; continuous time (vp, flow): ancestral | euler | heun
         method=Choice("ancestral", ALL_METHODS),
-        ddim_steps=Int(100, 1, "T"),  # steps of ddim, and of every continuous-time method (heun: 2 n - 1 evaluations)
+        # sampler steps of every method but the DDPM chain's ancestral one (which runs all T): ddim, and euler, heun
+        # and ancestral in continuous time (heun: 2 n - 1 network evaluations); formerly ddim_steps
+        steps=Int(100, 1, "T", aliases=("ddim_steps",)),
         # classifier-free guidance scale of a class-conditional model (1: conditional; 0: unconditional)
         guidance_scale=Num(1.0, 0.0),
     )

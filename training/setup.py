@@ -238,13 +238,13 @@ def generate(
 ) -> np.ndarray:
     """num samples from `params` as uint8 [num, H, W, C] (pixels: a latent model's samples are decoded), on every
     process (a collective: all processes call it). The batch is sharded over the data axis (num padded up to a
-    multiple of its size). method / steps / guidance default to config.sample.method / ddim_steps /
+    multiple of its size). method / steps / guidance default to config.sample.method / steps /
     guidance_scale; a class-conditional model draws class (offset + i) mod K for sample i (sample_labels)."""
     from jax.experimental import multihost_utils
 
     c = setup.config
     method = method or c.sample.method
-    steps = steps or c.sample.ddim_steps
+    steps = steps or c.sample.steps
     guidance = c.sample.guidance_scale if guidance is None else guidance
     n_dev = setup.mesh.shape["data"]
     padded = -(-num // n_dev) * n_dev

@@ -1,6 +1,7 @@
 """The training loop, importable from a notebook: `train(config, workdir)`.
 
-build (setup.py) -> restore or initialise -> one jitted, donated train step per batch -> metrics at log steps,
+build (setup.py) -> restore or initialise -> compile the step programs (named and timed before the progress bar
+starts) -> one jitted, donated train step per batch -> metrics at log steps,
 checkpoints every config.train.ckpt_every steps and at the end, periodic evaluation -> EMA samples and timestep
 pictures. The loop's pieces are the methods of `Loop`: `_log` (the window's summary and the divergence check),
 `_checkpoint`, `_periodic_eval` and the stop request, each with its own clock.
@@ -16,8 +17,8 @@ import numpy as np
 from absl import logging
 
 from data import BatchIterator, load_split
+from training import aot, report
 from training import checkpoint as ckpt
-from training import report
 from training.evaluate import PeriodicEval
 from training.preemption import StopRequest
 from training.setup import Setup, build, generate, initial_state
@@ -177,6 +178,29 @@ class Loop:
         if not bool(multihost_utils.broadcast_one_to_all(np.asarray(have))):  # process 0 holds the metrics
             self.writer.write(start, {**self._periodic()(state.ema_params), "train_seconds": self.seconds_before})
 
+    def _compile(self, start):
+        """Compile the step programs the loop will run, before the progress bar starts, so that the bar's first
+        step is a step and not the compile. Lowered from the abstract state and batch with the step's shardings:
+        the jitted step then reuses the executable at its first call (traced once, the same program)."""
+        steps = range(start, self.c.train.num_steps)
+        programs = [(label, step) for label, step in aot.loop_programs(self.setup) if self._runs(step, steps)]
+        if not programs:
+            return
+        if self.is_main:
+            what = "the train step" if len(programs) == 1 else f"the {len(programs)} train-step programs"
+            print(f"Compiling {what} (once per run; the progress bar starts after it)...", file=sys.stderr, flush=True)
+        seconds = sum(aot.compile_step(self.setup, step)[1] for _, step in programs)
+        if self.is_main:
+            print(f"Compiled in {seconds:.1f} s", file=sys.stderr, flush=True)
+
+    def _runs(self, program_step, steps) -> bool:
+        """Whether the loop runs, at one of `steps`, the program that step `program_step` runs."""
+        period = self.setup.sampler.period()
+        if period is None:
+            return len(steps) > 0
+        periodic = program_step % period == 0
+        return any((s % period == 0) == periodic for s in steps[: period + 1])
+
     # -- the loop -------------------------------------------------------------------------------------------------
     def run(self):
         c = self.c
@@ -193,20 +217,23 @@ class Loop:
         self.writer = report.MetricWriter(self.workdir, enabled=self.is_main)
         from tqdm import tqdm
 
-        self.bar = tqdm(
-            total=c.train.num_steps,
-            initial=start,
-            disable=not self.is_main,
-            dynamic_ncols=True,
-            desc="train",
-            mininterval=0.5 if sys.stderr.isatty() else 30.0,
-        )
+        self.bar = None
         self.window, self.window_start = [], start
-        self._start_clocks(start)
+        self._start_clocks(start)  # train_seconds counts the compile, as when the first step compiled it
         stopped_by = None
         try:
             self._catch_up_periodic(start, state)
             with StopRequest(c.train.stop_check_every) as stop:
+                # a signal during the compile stops the run after its first step, with a checkpoint, as before
+                self._compile(start)
+                self.bar = tqdm(
+                    total=c.train.num_steps,
+                    initial=start,
+                    disable=not self.is_main,
+                    dynamic_ncols=True,
+                    desc="train",
+                    mininterval=0.5 if sys.stderr.isatty() else 30.0,
+                )
                 for step in range(start, c.train.num_steps):
                     _, batch = next(batches)
                     state, metrics = self.setup.step_for(step)(state, batch)
@@ -226,7 +253,8 @@ class Loop:
                         break
         finally:
             batches.close()
-            self.bar.close()
+            if self.bar is not None:
+                self.bar.close()
             self.writer.close()
 
         if stopped_by is not None:

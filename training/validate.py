@@ -1,6 +1,8 @@
 """Config checks, all in one place, that run before anything compiles; every rule comes from the field specs the
 parts declare (training/schema.py). Each failure is one line naming the field, the value and what is allowed.
 
+    rename_overrides(argv)         command-line overrides of a field's earlier name, rewritten to its name (a note)
+    rename_fields(config)          a config's fields set under an earlier name, moved to their name (a note)
     check_overrides(argv, config)  command-line overrides that name no field of the config (with the nearest one)
     check_fields(config)           fields missing from, or unknown to, the config's spec
     check_values(config)           every field's type and range, then each part's own checks (no devices needed:
@@ -8,17 +10,70 @@ parts declare (training/schema.py). Each failure is one line naming the field, t
     validate(config)               all of the above plus what depends on the devices JAX sees
 """
 
+import contextlib
 import os
+import sys
 
-from core.fields import ConfigError, flatten, get, unknown_field
+from core.fields import ConfigError, flatten, get, renamed, unknown_field
 from evaluation.config import check_eval
 from training import schema
 
-__all__ = ["ConfigError", "check_overrides", "check_fields", "check_values", "validate", "check_workdir"]
+__all__ = [
+    "ConfigError",
+    "rename_overrides",
+    "rename_fields",
+    "check_overrides",
+    "check_fields",
+    "check_values",
+    "validate",
+    "check_workdir",
+]
 
 
 def known_fields(config=None):
     return flatten(schema.spec(config))
+
+
+def _note_renamed(old: str, new: str):
+    print(f"note: config.{old} is now config.{new} (the old name still works)", file=sys.stderr, flush=True)
+
+
+def rename_overrides(argv, config=None):
+    """argv with every --config.OLD=V of a renamed field (core.fields.Field.aliases) written as --config.NEW=V, one
+    note per renamed flag, so that old command lines keep working. `config` is the --config file's: where it still
+    sets a field under its old name, a flag of either name is written under the old one instead, so that it
+    overrides the file's value (rename_fields then moves it)."""
+    old_to_new, have, out = renamed(known_fields()), flatten(config) if config is not None else {}, []
+    new_to_old = {new: old for old, new in old_to_new.items()}
+    for arg in argv:
+        path, eq, value = arg[len("--config.") :].partition("=") if arg.startswith("--config.") else ("", "", "")
+        if path in old_to_new:
+            _note_renamed(path, old_to_new[path])
+            if path not in have:
+                arg = f"--config.{old_to_new[path]}{eq}{value}"
+        elif path in new_to_old and new_to_old[path] in have:
+            arg = f"--config.{new_to_old[path]}{eq}{value}"
+        out.append(arg)
+    return out
+
+
+def rename_fields(config):
+    """Move fields that a config (an older config file, a notebook's overrides) sets under an earlier name to their
+    current name, one note each; the value set under the old name wins over the default. In place; returns it."""
+    have = flatten(config)
+    for old, new in renamed(known_fields(config)).items():
+        if old not in have:
+            continue
+        _note_renamed(old, new)
+        parent, _, last = old.rpartition(".")
+        node = get(config, parent) if parent else config
+        unlocked = config.unlocked() if hasattr(config, "unlocked") else contextlib.nullcontext()
+        with unlocked:
+            value = node[last]
+            del node[last]
+            new_parent, _, new_last = new.rpartition(".")
+            (get(config, new_parent) if new_parent else config)[new_last] = value
+    return config
 
 
 def check_overrides(argv, config=None):
@@ -34,6 +89,8 @@ def check_overrides(argv, config=None):
 
 
 def check_fields(config):
+    """Every field of the config's spec is there and nothing else (fields under an earlier name are renamed first)."""
+    rename_fields(config)
     schema.check_names(config)
     have, known = flatten(config), known_fields(config)
     for path in sorted(have):

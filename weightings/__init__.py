@@ -1,11 +1,11 @@
-"""Loss weightings w(t), registered by name (WEIGHTINGS): a separate axis from the timestep sampler (method.md
-section 3).
+"""Loss weightings w(t), registered by name (WEIGHTINGS): a separate axis from the timestep sampler
+(docs/method.md#sampling-density-and-loss-weight).
 
 A weighting is a Weighting subclass with its own config fields and `table(cfg, process)` -> w [T] float64,
 computed once on the host; in the step the per-example loss is sampler_weight * w(t) * MSE. A weighting with
 parameters of its own (uncertainty: EDM2's learned log-variance) defines `applied(cfg, process)`, an object with the
 same interface whose `loss` reads its parameters from the model's variables and whose `init_params` adds them.
-Adding one: a module registered with `@WEIGHTINGS.register` (README: adding a part); import it here to ship it.
+Adding one: a module registered with `@WEIGHTINGS.register` (docs/extending.md#a-weighting); import it here to ship it.
 """
 
 import jax.numpy as jnp

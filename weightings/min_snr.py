@@ -1,8 +1,8 @@
 """Min-SNR-gamma weighting (Hang et al. 2023), in the form that matches the process's prediction target:
     eps: w = min(SNR, gamma) / SNR;   v: w = min(SNR, gamma) / (SNR + 1);   x0: w = min(SNR, gamma);
 and w = 1 where SNR = 0 (a zero-terminal-SNR step), where the eps and x0 forms would be 0/0 and 0.
-Known bugs elsewhere that this does not repeat (method.md section 3): SpeeD's comparison code uses 5 / (SNR + 1)
-for every target; diffusers once shipped min(SNR + 1, gamma) / (SNR + 1) for v.
+Known bugs elsewhere that this does not repeat (docs/method.md#known-defects-of-public-code): SpeeD's comparison
+code uses 5 / (SNR + 1) for every target; diffusers once shipped min(SNR + 1, gamma) / (SNR + 1) for v.
 
 Continuous time (weightings/base.py): the three forms are one, min(SNR, gamma) on the x0-MSE, i.e.
 w = min(SNR, gamma) / F = min(alpha^2, gamma sigma^2) / (c1 sigma - c2 alpha)^2 for any target; for flow matching's

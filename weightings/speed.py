@@ -1,5 +1,5 @@
 """SpeeD's change-aware weighting (Wang et al., arXiv 2405.17403; NUS-HPC-AI-Lab/SpeeD, weighting "ours"),
-method.md section 2: with w_raw = np.gradient(1 - alpha_bar),
+docs/method.md#speed-weighting: with w_raw = np.gradient(1 - alpha_bar),
     w(t) = (1 - lam) + (2 lam - 1) (w_raw(t) - min w_raw) / (max w_raw - min w_raw)   for t < tau,   1 for t >= tau,
 min and max taken over all T steps, as the reference does (so on linear the first tau weights span about
 [0.41, 0.6], not exactly [0.4, 0.6]). Defaults lam = 0.6, tau = 700 as every SpeeD experiment config; the class
