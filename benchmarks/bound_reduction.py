@@ -21,7 +21,7 @@ with a 95% interval (Student's t, n - 1 degrees of freedom), and the paired diff
 The samplers' distributions at the checkpoint: stateless samplers (uniform, speed, lognormal, ...) as configured;
 the learned sampler (adaptive) with the policy (and the rest of its sampler state) of the checkpoint at the same step
 in --policy_workdir, a learned-sampler run of the same config and seed (its own diffusion model is not used);
-samplers whose state is a loss history (loss_second_moment, adaptive_noise) primed at the checkpoint with
+samplers whose state is a loss history (loss_second_moment, adaptive_noise, infonoise) primed at the checkpoint with
 --prime_per_t losses of every timestep (training images, fresh noise, the checkpoint's raw parameters, train mode),
 the state they hold once warm.
 
@@ -101,7 +101,7 @@ def primed(setup, state, train, key, per_t: int):
     import jax.numpy as jnp
 
     from samplers.base import StepContext
-    from training.step import make_rows_fn, to_float
+    from training.step import make_apply, to_float
 
     T = setup.process.num_timesteps
     rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**31 - 1)))
@@ -110,13 +110,28 @@ def primed(setup, state, train, key, per_t: int):
     t = jnp.tile(jnp.arange(T, dtype=jnp.int32), per_t)
     k_noise, k_drop = jax.random.split(key)
     noise = jax.random.normal(k_noise, x0.shape, jnp.float32)
-    rows_fn = make_rows_fn(setup.model, setup.process, weighting=setup.weighting)
-    losses = jax.jit(lambda p: rows_fn(p, x0, t, noise, dropout_key=k_drop, loss=True, rows_per_device=4096))(
-        state.params
-    )
+    apply = make_apply(setup.model)
+
+    @jax.jit
+    def terms(params):
+        bound = setup.process.bind(params)
+        mse, extra = bound.example_losses(lambda xt, tt: apply(params, xt, tt, k_drop), x0, t, noise)
+        return mse, setup.weighting.loss(params, t, mse) + extra, setup.weighting(t)
+
+    mse, losses, loss_weight = terms(state.params)
     s0 = setup.sampler.init(key, x0[: setup.config.train.batch_size])
     ctx = StepContext(
-        step=state.step, key=key, x0=x0, t=t, aux={}, losses=losses, params_before=None, params_after=None, rows_fn=None
+        step=state.step,
+        key=key,
+        x0=x0,
+        t=t,
+        aux={},
+        losses=losses,
+        params_before=None,
+        params_after=None,
+        rows_fn=None,
+        mse=mse,
+        loss_weight=loss_weight,
     )
     return setup.sampler.update(s0, ctx)[0]
 
@@ -142,7 +157,7 @@ def main():
     ap.add_argument("--policy_workdir", default="", help="a learned-sampler run of the same config (for adaptive)")
     ap.add_argument("--config", default="configs/default.py", help="the runs' config file (FILE[:ARG])")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="config override (repeatable)")
-    ap.add_argument("--runs", default="uniform,adaptive,speed,lognormal,loss_second_moment,adaptive_noise")
+    ap.add_argument("--runs", default="uniform,adaptive,speed,lognormal,loss_second_moment,adaptive_noise,infonoise")
     ap.add_argument("--steps", required=True, help="checkpoint steps, e.g. early, middle, late: 1000,5000,10000")
     ap.add_argument("--k", type=int, default=20, help="train steps from each checkpoint")
     ap.add_argument("--replicates", type=int, default=16)
@@ -189,7 +204,7 @@ def main():
         for name, s, _ in runs:
             if s == "adaptive":
                 sampler_states[name] = restore_at(setups[name], args.policy_workdir, step).sampler_state
-            elif s in ("loss_second_moment", "adaptive_noise"):
+            elif s in ("loss_second_moment", "adaptive_noise", "infonoise"):
                 sampler_states[name] = primed(setups[name], start, train, jax.random.PRNGKey(step), args.prime_per_t)
             else:
                 x = jax.numpy.zeros(setups[name].batch_shape(c.train.batch_size), jax.numpy.float32)
