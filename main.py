@@ -32,14 +32,18 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0, for --
 flags.DEFINE_integer("num_processes", None, "Number of processes, for --distributed off TPU/SLURM.")
 flags.DEFINE_integer("process_id", None, "This process's index, for --distributed off TPU/SLURM.")
 FLAGS = flags.FLAGS
+# overrides that switch a flat section (--config.model.name=dit) and set that section's fields: applied by main()
+# to the parsed config, since ml_collections would look for the new part's fields in the old part's section
+SWITCHES = []
 
 
 def main(argv):
     del argv
     from training.platform import configure_cpu_devices
-    from training.validate import ConfigError, check_fields, check_values
+    from training.validate import ConfigError, apply_switches, check_fields, check_values
 
     try:  # names, types and ranges first: a bad value must not be used to set up the devices
+        apply_switches(FLAGS.config, SWITCHES)
         check_fields(FLAGS.config)
         check_values(FLAGS.config)
     except ConfigError as e:
@@ -144,11 +148,14 @@ def check_config_file(argv):
 def check_overrides_then_run():
     """A bad config argument or an override naming no field would fail deep inside flag parsing with a traceback:
     refuse them first, in one line."""
-    from training.validate import ConfigError, check_overrides, rename_overrides
+    from training.validate import ConfigError, check_overrides, part_switches, rename_overrides
 
     try:
         config = check_config_file(sys.argv[1:])
         sys.argv[1:] = rename_overrides(sys.argv[1:], config)  # fields' earlier names (sample.ddim_steps), a note
+        SWITCHES[:] = part_switches(sys.argv[1:], config)
+        deferred = {f"--config.{path}={value}" for path, value in SWITCHES}
+        sys.argv[1:] = [a for a in sys.argv[1:] if a not in deferred]
         check_overrides(sys.argv[1:], config)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)

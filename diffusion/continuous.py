@@ -57,6 +57,7 @@ class ContinuousProcess:
     invertible = True  # t_of_logsnr exists (a learned schedule has none)
     vb_scale = 0.0
     methods = METHODS
+    default_method = "heun"  # what a config switched to this process samples with (training/schema.switch_part)
 
     def bind(self, params):
         """This process at the model's parameters `params` (a learned schedule reads its own from them)."""

@@ -371,6 +371,7 @@ class DDPM:
         return self.num_timesteps
 
     methods = sampling.METHODS
+    default_method = "ddim"  # what a config switched to this process samples with (training/schema.switch_part)
 
     def sampling_steps(self, method: str, steps: int) -> int:
         """Network evaluations of a sample with `method` (the protocol written next to FID)."""

@@ -135,4 +135,58 @@ def check_parts(config, devices=None):
             REGISTRIES[section][0].check(config[section], ctx)
 
 
-__all__ = ["ConfigError", "spec", "default_config", "active_fields", "context", "check_names", "check_parts"]
+def switch_part(config, section: str, name: str) -> list:
+    """Make a flat section (data, model, diffusion) name another part, in place: the section recomposed from the
+    new part's own defaults; the section's common fields keep the config's values except those the new part gives
+    defaults of its own (a dataset's image size and channels). With a new process, a sampling method it lacks
+    (config.sample.method, eval.fid.method, eval.periodic.method) becomes the process's default. Returns the
+    notes to print, one line each. Nested sections (sampler, weighting) need none of this: every part's
+    sub-config is always there."""
+    registry = REGISTRIES[section][0]
+    if registry.layout != FLAT:
+        config[section].name = name
+        return []
+    part = registry[name]  # an unknown name: one line naming what is allowed
+    old = config[section]
+    new = registry.default_config(name)
+    own = getattr(part, "COMMON_DEFAULTS", {})
+    for k in registry.common:
+        if k not in own and k in old:
+            new[k] = old[k]
+    notes = []
+    with config.unlocked() if hasattr(config, "unlocked") else _nothing():
+        config[section] = new
+        if section == "diffusion":
+            methods = part.methods
+            for path in ("sample.method", "eval.fid.method", "eval.periodic.method"):
+                head, _, last = path.rpartition(".")
+                node = config
+                for k in head.split("."):
+                    node = node[k]
+                if node[last] not in methods:
+                    notes.append(
+                        f"note: config.{path}={node[last]!r} is not a sampling method of {name!r}: using "
+                        f"{part.default_method!r}"
+                    )
+                    node[last] = part.default_method
+    return notes
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False
+
+
+__all__ = [
+    "ConfigError",
+    "spec",
+    "default_config",
+    "active_fields",
+    "context",
+    "check_names",
+    "check_parts",
+    "switch_part",
+]

@@ -3,6 +3,8 @@ parts declare (training/schema.py). Each failure is one line naming the field, t
 
     rename_overrides(argv)         command-line overrides of a field's earlier name, rewritten to its name (a note)
     rename_fields(config)          a config's fields set under an earlier name, moved to their name (a note)
+    part_switches(argv, config)    command-line overrides that switch a flat section to another part (and that
+                                   section's fields), applied to the parsed config by apply_switches(config, ...)
     check_overrides(argv, config)  command-line overrides that name no field of the config (with the nearest one)
     check_fields(config)           fields missing from, or unknown to, the config's spec
     check_values(config)           every field's type and range, then each part's own checks (no devices needed:
@@ -10,11 +12,13 @@ parts declare (training/schema.py). Each failure is one line naming the field, t
     validate(config)               all of the above plus what depends on the devices JAX sees
 """
 
+import ast
 import contextlib
 import os
 import sys
 
 from core.fields import ConfigError, flatten, get, renamed, unknown_field
+from core.registry import FLAT
 from evaluation.config import check_eval
 from training import schema
 
@@ -73,6 +77,68 @@ def rename_fields(config):
             del node[last]
             new_parent, _, new_last = new.rpartition(".")
             (get(config, new_parent) if new_parent else config)[new_last] = value
+    return config
+
+
+def part_switches(argv, config):
+    """The overrides of a command line that switch a flat section (data, model, diffusion) to another part, and the
+    overrides of those sections' fields: [(path, value string)] in command-line order. ml_collections applies
+    overrides to the --config file's section as it is, where the new part's fields do not exist; these are applied
+    after it (apply_switches) to the section recomposed from the new part's defaults."""
+    switched, out = set(), []
+    for arg in argv:
+        if arg.startswith("--config.") and "=" in arg:
+            path, value = arg[len("--config.") :].split("=", 1)
+            section, _, field = path.partition(".")
+            flat = section in schema.REGISTRIES and schema.REGISTRIES[section][0].layout == FLAT
+            if flat and field == "name" and value != config[section].get("name"):
+                switched.add(section)
+    for arg in argv:
+        if arg.startswith("--config.") and "=" in arg:
+            path, value = arg[len("--config.") :].split("=", 1)
+            if path.partition(".")[0] in switched:
+                out.append((path, value))
+    return out
+
+
+def parse_value(path: str, raw: str, current):
+    """A command-line value for a field whose current value is `current` (ml_collections' rules: by the type of the
+    value it replaces)."""
+    try:
+        if isinstance(current, bool):
+            if raw.lower() not in ("true", "false", "1", "0"):
+                raise ValueError
+            return raw.lower() in ("true", "1")
+        if isinstance(current, int):
+            return int(raw)
+        if isinstance(current, float):
+            return float(raw)
+        if isinstance(current, (tuple, list)):
+            v = ast.literal_eval(raw)
+            return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+    except (ValueError, SyntaxError):
+        raise ConfigError(f"--config.{path}={raw!r} is not allowed: must be a {type(current).__name__}") from None
+    return raw
+
+
+def apply_switches(config, switches):
+    """Apply part_switches' overrides to a config (in place): each switch recomposes its section from the new part's
+    defaults (schema.switch_part, its notes printed), then the section's field overrides are set, each checked
+    against the new part's fields (one line naming a field it lacks, with the nearest one)."""
+    with config.unlocked() if hasattr(config, "unlocked") else contextlib.nullcontext():
+        for path, raw in switches:
+            section, _, field = path.partition(".")
+            if field == "name":
+                for note in schema.switch_part(config, section, raw):
+                    print(note, file=sys.stderr)
+        for path, raw in switches:
+            if path.endswith(".name") and path.count(".") == 1:
+                continue
+            fields = flatten(config)
+            if path not in fields:
+                raise unknown_field(path, fields, f"--config.{path}: ")
+            parent, _, last = path.rpartition(".")
+            get(config, parent)[last] = parse_value(path, raw, fields[path])
     return config
 
 
