@@ -4,12 +4,17 @@ seed, at equal steps, then evaluate each with --mode=eval, and write a markdown 
     python benchmarks/samplers.py --runs=uniform,adaptive,speed,lognormal,uniform+min_snr --seeds=0,1
     python benchmarks/samplers.py --runs=uniform,adaptive --seeds=0 --set train.num_steps=200   # a quick look
     python benchmarks/samplers.py --config=configs/flow.py --runs=uniform,logitnormal,adaptive,adaptive/reward=bound
-
+    python benchmarks/samplers.py --config=configs/flow.py \
+        --runs=uniform,infonoise,adaptive_noise,logitnormal/shift=3.0,adaptive/importance_weights=True
     python benchmarks/samplers.py --horizon_of=WORKDIR     # where a long uniform run's test bound stops improving
+    python benchmarks/samplers.py --size_from=OUT          # a pilot's sd of the paired differences, seeds needed
 
 A run is SAMPLER[+WEIGHTING][/FIELD=VALUE...] (config.sampler.name, config.weighting.name, and fields of the
-sampler's own sub-config, config.sampler.SAMPLER.FIELD); `uniform` must be one of them. --config (default
-configs/default.py; FILE:ARG as main.py takes it) is the config every run starts from.
+sampler's own sub-config, config.sampler.SAMPLER.FIELD); `uniform` must be one of them. Each FIELD=VALUE is checked
+before anything trains (parse_setting): FIELD must be one of the sampler's fields and VALUE of its kind, read as
+main.py's flags read it (a bool True/False/true/1/0, an int, a float such as 0 or 3.0, a choice by name), in its
+range where the range does not depend on the rest of the config. --config (default configs/default.py; FILE:ARG
+as main.py takes it) is the config every run starts from.
 Each run is `python main.py` in OUT/RUN_seedS (periodic evaluation every --every steps, the same for all runs), then
 `python main.py --mode=eval` on its final checkpoint. A finished run (its eval JSON exists) is not run again, so an
 interrupted benchmark continues where it stopped (an interrupted run resumes from its last checkpoint). Runs go
@@ -24,7 +29,8 @@ which the bound estimate never falls by more than --tol bits/dim below its value
 test images, timesteps and noise at every evaluation, so what moves it is the model), provided the run went on to at
 least 1.5 H (else the run is too short to tell). Prints the curve and H.
 
-Written to OUT: samplers.md (the table) and samplers.png (the curves). Columns:
+Written to OUT: samplers.md (the table, its verdicts and the policy summary), samplers.png (the curves) and, when a
+run uses the learned sampler, policy.png. Columns:
 - final test bits/dim: --mode=eval's full bound (all T timesteps, all 297 test images, EMA), mean +- sample standard
   deviation over seeds (n seeds in the header);
 - FID / KID: --mode=eval's (config.eval.fid: 1,000 DDIM-100 samples against the training digits in the digits
@@ -36,9 +42,32 @@ Written to OUT: samplers.md (the table) and samplers.png (the curves). Columns:
 - train wall-clock: train_seconds at the last step, mean over seeds.
 - paired differences to uniform (runs other than uniform): the same seed gives every run the same initialisation of
   the diffusion model and the same data order, so per seed d = run - uniform; mean and a 95% interval over seeds
-  (Student's t, n - 1 degrees of freedom) of the final test bits/dim, FID and KID.
+  (Student's t, n - 1 degrees of freedom) of the final test bits/dim, FID and KID, each with its minimum detectable
+  difference MDD = (t_{1-alpha/2, n-1} + t_{1-beta, n-1}) sd_d / sqrt(n) at two-sided alpha = 0.05 and power
+  1 - beta = 0.8 (mdd: the common approximation with t quantiles of n - 1 degrees of freedom; mdd_exact solves the
+  noncentral-t power, scipy.stats.nct: the approximation is 0.95 of it at n = 3, 0.99 at n = 5 and within 0.2% from
+  n = 10 on, so the table uses the approximation and --size_from shows both);
+- seeds for 0.05 bits/dim (--detect): the smallest n with (t_{.975, n-1} + t_{.8, n-1}) sd_d / sqrt(n) <= 0.05,
+  sd_d the observed sd of the bits/dim differences. Bits/dim only in the table; --size_from gives FID and KID too,
+  for a difference of 10% of uniform's mean (FID and KID have no unit-free target as bits/dim's 0.05).
 - bpd at uniform's wall-clock: the periodic bound estimate at the last evaluation whose train_seconds does not
   exceed uniform's whole training wall-clock (mean over uniform's seeds): equal compute rather than equal steps.
+
+Verdicts, one sentence per run under the table, per metric: "RUN is lower/higher than uniform (95% interval excludes
+0)", or "not separated: the table could have detected |d| >= MDD".
+
+Does the policy move? (every run of the learned sampler, `adaptive` with any settings): from each seed's
+metrics.jsonl, sampler/policy_density (the policy's mean probability per bin of normalised t, density_bins bins, as
+of its last update, every update_every steps) gives the mean u of the mean density and its total variation distance
+from uniform (density_summary), and sampler/policy_spread the spread across images; policy.png plots the three
+against the training step (one line per seed) and samplers.md gives per run their final values, mean ± sd over
+seeds.
+
+Sizing (--size_from=OUT, a finished or partial pilot benchmark): per run found in OUT (its finished workdirs, the
+name read back from the workdir's), over the seeds where it and uniform both finished: mean and sd of d, MDD (both
+versions) and the seeds that would detect 0.05 bits/dim (--detect), or 10% of uniform's mean FID / KID, at that sd.
+A pilot's sd is itself uncertain (with 3 seeds its 95% interval is 0.52x to 6.3x the observed one): size with a
+margin.
 """
 
 import argparse
@@ -54,7 +83,43 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 
+BOOL_TEXT = {"true": True, "t": True, "1": True, "false": False, "f": False, "0": False}  # absl's BooleanParser
+
+
+def parse_setting(sampler, setting):
+    """(FIELD, value) of one FIELD=VALUE of config.sampler.SAMPLER, the value read as the field's kind (bool: True,
+    false, 1, 0 ..., as main.py's flags read it; int; float; a choice by name) and checked against its range where
+    the range does not depend on the rest of the config (a bound such as T is main.py's to check). Raises
+    ValueError with one line saying what is wrong."""
+    from core.fields import ConfigError, Context, nearest
+    from samplers import SAMPLERS
+
+    field, _, text = setting.partition("=")
+    fields = SAMPLERS.fields_of(sampler)
+    if field not in fields:
+        near = nearest(field, fields)
+        hint = f"; did you mean {near}?" if near else f"; its fields: {', '.join(sorted(fields)) or 'none'}"
+        raise ValueError(f"{field!r} is not a field of config.sampler.{sampler}{hint}")
+    f = fields[field]
+    if f.kind == "ints":  # a tuple needs commas, and commas separate runs
+        raise ValueError(f"{field!r} is a tuple, which --runs cannot hold; use --set sampler.{sampler}.{field}=...")
+    read = {"bool": lambda x: BOOL_TEXT[x.lower()], "int": int, "num": float}.get(f.kind, str)
+    try:
+        value = read(text)
+    except (KeyError, ValueError):
+        raise ValueError(f"{text!r} is not a {f.kind} (config.sampler.{sampler}.{field})") from None
+    try:
+        f.check(f"sampler.{sampler}.{field}", value, Context())
+    except KeyError:  # a bound named after another part of the config (e.g. T): main.py checks it
+        pass
+    except ConfigError as e:
+        raise ValueError(str(e)) from None
+    return field, value
+
+
 def parse_runs(text):
+    """[(name, sampler, (weighting, settings))] of --runs (module docstring), every FIELD=VALUE checked by
+    parse_setting; exits with one line on a bad run."""
     from samplers import SAMPLERS
     from weightings import WEIGHTINGS
 
@@ -62,13 +127,18 @@ def parse_runs(text):
     for name in text.split(","):
         spec, *settings = name.split("/")
         sampler, _, weighting = spec.partition("+")
-        if any("=" not in s for s in settings):
-            sys.exit(f"error: --runs: {name!r}: settings after / are FIELD=VALUE of config.sampler.{sampler}")
         if sampler not in SAMPLERS or (weighting and weighting not in WEIGHTINGS):
             sys.exit(
                 f"error: --runs: {name!r} is not SAMPLER[+WEIGHTING] with SAMPLER in {', '.join(sorted(SAMPLERS))} "
                 f"and WEIGHTING in {', '.join(sorted(WEIGHTINGS))}"
             )
+        if any("=" not in s for s in settings):
+            sys.exit(f"error: --runs: {name!r}: settings after / are FIELD=VALUE of config.sampler.{sampler}")
+        for setting in settings:
+            try:
+                parse_setting(sampler, setting)
+            except ValueError as e:
+                sys.exit(f"error: --runs: {name!r}: {e}")
         runs.append((name, sampler, (weighting or "none", settings)))
     if "uniform" not in [r[0] for r in runs]:
         sys.exit("error: --runs must include uniform: the steps-to-target columns are measured against it")
@@ -228,18 +298,127 @@ def ms(values, fmt):
     return fmt.format(v.mean()) + (" ± " + fmt.format(v.std(ddof=1)) if len(v) > 1 else "")
 
 
-def paired(results, name, key):
-    """'mean [lo, hi]' of the per-seed difference run - uniform (95% t interval), or '-'."""
+ALPHA, POWER = 0.05, 0.80  # two-sided level of the paired t test and the power the minimum detectable difference is at
+DETECT_BPD = 0.05  # bits/dim: the paired difference the seed count is sized to detect (--detect)
+DETECT_FRACTION = 0.10  # FID and KID (--size_from only): a difference of this fraction of uniform's mean
+MAX_SEEDS = 100_000  # seeds_needed gives up beyond this
+METRICS = (("final_bpd", "bits/dim", 3), ("fid_final", "FID", 3), ("kid_final", "KID", 4))  # key, name, decimals
+
+
+def differences(results, name, key):
+    """The per-seed paired differences d = run - uniform of `key` over the seeds where both have a value."""
+    pairs = [(d[key], u[key]) for d, u in zip(results[name], results["uniform"])]
+    return np.array([a - b for a, b in pairs if a is not None and b is not None], np.float64)
+
+
+def mdd(sd, n, alpha=ALPHA, power=POWER):
+    """The minimum detectable difference of a paired t test on n pairs with differences of sample standard deviation
+    sd: (t_{1-alpha/2, n-1} + t_{power, n-1}) sd / sqrt(n), the t quantiles with n - 1 degrees of freedom. This is the
+    common approximation (e.g. Zar, Biostatistical Analysis, the one-sample t test's "minimum detectable
+    difference"): the normal-theory formula (z_{1-alpha/2} + z_{power}) sd / sqrt(n) with t quantiles in place of z
+    for an estimated sd, and the opposite tail of the two-sided test ignored. At small n it claims more power than
+    the test has (mdd_exact: at n = 2 the power at this difference is 0.73, at n = 5 0.79, from n = 20 on 0.80). NaN
+    for n < 2 (no spread)."""
     from scipy import stats
 
-    pairs = [(d[key], u[key]) for d, u in zip(results[name], results["uniform"])]
-    diff = np.array([a - b for a, b in pairs if a is not None and b is not None], np.float64)
+    if n < 2:
+        return float("nan")
+    return float((stats.t.ppf(1 - alpha / 2, n - 1) + stats.t.ppf(power, n - 1)) * sd / np.sqrt(n))
+
+
+def t_test_power(delta, sd, n, alpha=ALPHA):
+    """Exact power of the two-sided paired t test at level alpha for a true mean difference delta: the statistic is
+    noncentral t with n - 1 degrees of freedom and noncentrality delta sqrt(n) / sd (scipy.stats.nct), rejected
+    beyond +- t_{1-alpha/2, n-1}. (scipy's lower tail is NaN at 1 degree of freedom and a large noncentrality, where
+    it is below 1e-15: taken as 0.)"""
+    from scipy import stats
+
+    df, crit = n - 1, stats.t.ppf(1 - alpha / 2, n - 1)
+    nc = abs(delta) * np.sqrt(n) / sd
+    return float(stats.nct.sf(crit, df, nc) + np.nan_to_num(stats.nct.cdf(-crit, df, nc)))
+
+
+def mdd_exact(sd, n, alpha=ALPHA, power=POWER):
+    """The difference at which t_test_power is exactly `power` (root of the noncentral-t power, scipy brentq): the
+    exact counterpart of mdd. Above mdd at small n, where the approximation's power falls short of `power` (0.73 at
+    n = 2, 0.79 at n = 5, at 0.05 / 0.8); from about n = 20 on within 0.1% of it (its power there is 0.8002)."""
+    from scipy import optimize
+
+    if n < 2:
+        return float("nan")
+    if sd == 0:
+        return 0.0
+    approx = mdd(sd, n, alpha, power)
+    hi = approx
+    while t_test_power(hi, sd, n, alpha) < power:
+        hi *= 1.25
+    return float(optimize.brentq(lambda d: t_test_power(d, sd, n, alpha) - power, 0.5 * approx, hi, xtol=1e-12 * hi))
+
+
+def seeds_needed(sd, delta, alpha=ALPHA, power=POWER, max_n=MAX_SEEDS):
+    """The smallest n >= 2 with mdd(sd, n) <= |delta|: the seeds a paired benchmark needs to detect a difference
+    delta at this level and power, if the paired differences' sd is the one observed (a pilot's sd is itself
+    uncertain: with 3 seeds the 95% interval of the true sd is 0.52x to 6.3x the observed one). None beyond max_n."""
+    from scipy import stats
+
+    if sd == 0:
+        return 2
+    delta = abs(delta)
+    # mdd(sd, n) decreases in n and exceeds its normal-quantile limit (z_{1-alpha/2} + z_power) sd / sqrt(n): start
+    # below the answer from that limit, then a step at a time
+    z = stats.norm.ppf(1 - alpha / 2) + stats.norm.ppf(power)
+    n = max(2, int(np.floor((z * sd / delta) ** 2)))
+    while mdd(sd, n, alpha, power) > delta:
+        n += 1
+        if n > max_n:
+            return None
+    return n
+
+
+def paired(diff, decimals=3):
+    """'mean [lo, hi], MDD m' of paired differences (95% Student-t interval with n - 1 degrees of freedom; m =
+    mdd), '+x' for one pair, '-' for none."""
+    from scipy import stats
+
     if len(diff) == 0:
         return "-"
     if len(diff) == 1:
-        return f"{diff[0]:+.3f}"
-    half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / np.sqrt(len(diff))
-    return f"{diff.mean():+.3f} [{diff.mean() - half:+.3f}, {diff.mean() + half:+.3f}]"
+        return _g(diff[0], True, decimals)
+    sd = diff.std(ddof=1)
+    half = stats.t.ppf(1 - ALPHA / 2, len(diff) - 1) * sd / np.sqrt(len(diff))
+    m, k = diff.mean(), decimals
+    return (
+        f"{_g(m, True, k)} [{_g(m - half, True, k)}, {_g(m + half, True, k)}], MDD {_g(mdd(sd, len(diff)), False, k)}"
+    )
+
+
+def _g(x, sign=False, decimals=3):
+    """A number with `decimals` decimals (3 for bits/dim and FID, 4 for KID, as the table's columns)."""
+    return f"{x:{'+' if sign else ''}.{decimals}f}"
+
+
+def verdict(name, diff, what, decimals=3):
+    """One sentence on a run's paired differences of `what`: separated when the 95% interval excludes 0, else the
+    minimum detectable difference the table had."""
+    from scipy import stats
+
+    n = len(diff)
+    if n < 2:
+        return f"{what}: {n} pair(s), no interval"
+    sd = diff.std(ddof=1)
+    half = stats.t.ppf(1 - ALPHA / 2, n - 1) * sd / np.sqrt(n)
+    m = diff.mean()
+    if m - half > 0 or m + half < 0:
+        return f"{what}: {name} is {'higher' if m > 0 else 'lower'} than uniform (95% interval excludes 0)"
+    return f"{what}: not separated: the table could have detected |d| >= {_g(mdd(sd, n), False, decimals)}"
+
+
+def seeds_cell(diff, delta):
+    """The seeds_needed for a difference delta at the observed sd of diff, as a table cell."""
+    if len(diff) < 2:
+        return "-"
+    n = seeds_needed(diff.std(ddof=1), delta)
+    return f"> {MAX_SEEDS}" if n is None else str(n)
 
 
 def at_wall_clock(d, seconds):
@@ -248,7 +427,7 @@ def at_wall_clock(d, seconds):
     return None if len(ok) == 0 else float(d["bpd"][ok[-1]])
 
 
-def table(results, runs, seeds, config):
+def table(results, runs, seeds, config, detect=DETECT_BPD):
     target = float(np.mean([d["bpd"][-1] for d in results["uniform"]]))
     budget = float(np.mean([d["total_s"] for d in results["uniform"]]))
     some = results["uniform"][0]
@@ -259,12 +438,15 @@ def table(results, runs, seeds, config):
         "",
         f"Config {config}, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) per run, "
         f"{int(some['steps'][-1])} steps each; mean ± sd over seeds; paired differences to uniform: mean "
-        "[95% interval] over seeds.",
+        f"[95% interval] over seeds, and the minimum detectable difference (MDD: two-sided {ALPHA:g}, "
+        f"{POWER:.0%} power, from the observed sd of the differences; seeds: how many would detect "
+        f"{detect:g} bits/dim at that sd).",
         "",
         f"| run | final test bits/dim | FID | KID | steps to uniform's final {some['bpd_key'].split('/')[1]} "
         f"({target:.3f}) | wall-clock to it (s) | train wall-clock (s) | {some['bpd_key'].split('/')[1]} at "
-        f"uniform's wall-clock ({budget:.0f} s) | Δ bits/dim vs uniform | Δ FID | Δ KID |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        f"uniform's wall-clock ({budget:.0f} s) | Δ bits/dim vs uniform | Δ FID | Δ KID | "
+        f"seeds for {detect:g} bits/dim |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, _, _ in runs:
         ds = results[name]
@@ -278,10 +460,18 @@ def table(results, runs, seeds, config):
             f"{reached} | {wall} | {ms([d['total_s'] for d in ds], '{:.0f}')} | "
             f"{ms([at_wall_clock(d, budget) for d in ds], '{:.3f}')} | "
             + " | ".join(
-                "-" if name == "uniform" else paired(results, name, k) for k in ("final_bpd", "fid_final", "kid_final")
+                "-" if name == "uniform" else paired(differences(results, name, k), dec) for k, _, dec in METRICS
             )
-            + " |"
+            + f" | {'-' if name == 'uniform' else seeds_cell(differences(results, name, 'final_bpd'), detect)} |"
         )
+    lines += ["", "Verdicts (paired differences d = run - uniform; 95% intervals; MDD as above):", ""]
+    for name, _, _ in runs:
+        if name != "uniform":
+            lines.append(
+                f"- {name}: "
+                + "; ".join(verdict(name, differences(results, name, k), what, dec) for k, what, dec in METRICS)
+                + "."
+            )
     ev = some["eval"]
     fp = ev["fid"].get("protocol", {})
     lines += [
@@ -299,6 +489,160 @@ def table(results, runs, seeds, config):
             f"Compute: the runs' wall-clock (train and eval, bench_seconds.json) sums to {total / 3600:.2f} h "
             "(with --jobs=N the benchmark's elapsed time is about 1/N of it).",
         ]
+    return "\n".join(lines)
+
+
+def finished_runs(out):
+    """{run name: {seed: workdir}} of the finished runs (eval JSON written) in a benchmark's OUT; the name is read
+    back from the workdir's (workdir_of: / as __, = as -)."""
+    found = {}
+    for entry in sorted(os.listdir(out)):
+        stem, sep, seed = entry.rpartition("_seed")
+        wd = os.path.join(out, entry)
+        evals = os.path.join(wd, "eval")
+        if not (sep and seed.isdigit() and os.path.isdir(evals)):
+            continue
+        if not any(f.startswith("step_") and f.endswith(".json") for f in os.listdir(evals)):
+            continue
+        spec, *settings = stem.split("__")
+        name = "/".join([spec] + [x.replace("-", "=", 1) for x in settings])
+        found.setdefault(name, {})[int(seed)] = wd
+    return found
+
+
+def final_metrics(wd):
+    """The final test bits/dim, FID and KID of a finished run (its last --mode=eval JSON)."""
+    evals = sorted(f for f in os.listdir(os.path.join(wd, "eval")) if f.startswith("step_") and f.endswith(".json"))
+    with open(os.path.join(wd, "eval", evals[-1])) as f:
+        ev = json.load(f)
+    fid = ev.get("fid", {})
+    return dict(final_bpd=ev["nll_bpd"]["value"], fid_final=fid.get("fid"), kid_final=fid.get("kid"))
+
+
+def sizing(out, detect=DETECT_BPD, fraction=DETECT_FRACTION):
+    """--size_from: per finished run of a pilot benchmark in `out`, the paired differences to uniform over the seeds
+    both finished, their sd, the MDD (approximate and exact, mdd / mdd_exact) and the seeds that would detect
+    `detect` bits/dim, and for FID and KID a difference of `fraction` of uniform's mean over those seeds. Returns
+    the text."""
+    found = finished_runs(out)
+    if "uniform" not in found:
+        sys.exit(f"error: --size_from: no finished uniform run in {out} (OUT/uniform_seedS/eval/step_*.json)")
+    uni = {seed: final_metrics(wd) for seed, wd in found["uniform"].items()}
+    lines = [
+        f"Sizing from {out}: paired differences d = run - uniform over the seeds both finished; MDD at two-sided "
+        f"{ALPHA:g} and {POWER:.0%} power, (t_{{1-a/2,n-1}} + t_{{power,n-1}}) sd_d / sqrt(n), and exactly "
+        f"(noncentral t); seeds: the smallest n whose MDD at the observed sd_d is at most the target ({detect:g} "
+        f"bits/dim; FID and KID {fraction:.0%} of uniform's mean).",
+        "",
+        "| run | n | metric | mean d | sd_d | MDD | MDD (exact) | target | seeds needed |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, seeds in found.items():
+        if name == "uniform":
+            continue
+        common = sorted(set(seeds) & set(uni))
+        runs = {seed: final_metrics(seeds[seed]) for seed in common}
+        for key, what, k in METRICS:
+            ok = [s for s in common if runs[s][key] is not None and uni[s][key] is not None]
+            d = np.array([runs[s][key] - uni[s][key] for s in ok], np.float64)
+            if len(d) < 2:
+                lines.append(f"| {name} | {len(d)} | {what} | - | - | - | - | - | - (needs 2 pairs) |")
+                continue
+            sd = d.std(ddof=1)
+            target = detect if key == "final_bpd" else fraction * float(np.mean([uni[s][key] for s in ok]))
+            n = seeds_needed(sd, target)
+            lines.append(
+                f"| {name} | {len(d)} | {what} | {_g(d.mean(), True, k)} | {_g(sd, False, k)} | "
+                f"{_g(mdd(sd, len(d)), False, k)} | {_g(mdd_exact(sd, len(d)), False, k)} | {_g(target, False, k)} | "
+                f"{f'> {MAX_SEEDS}' if n is None else n} |"
+            )
+    return "\n".join(lines)
+
+
+def density_summary(density):
+    """(mean u, total variation from uniform) of the policy's mean density over B equal bins of normalised t (u =
+    t / T on the DDPM chain, u = t in continuous time; samplers/adaptive.py bins_mass): density [..., B] of bin
+    masses, normalised to sum to 1. Mean u = sum_b p_b (b + 1/2) / B (bin centres: within 1 / (2B) of the mean of the
+    density itself); TV = 1/2 sum_b |p_b - 1/B|, in [0, 1 - 1/B] (0: uniform; uniform over timesteps gives exactly
+    1/B per bin when B divides T, as the default 50 bins of 1,000 timesteps do; the Beta(1, 1) policy on the DDPM
+    chain sits at TV 0.001, its first and last timesteps getting half a rounding bin of u each)."""
+    p = np.asarray(density, np.float64)
+    p = p / np.maximum(p.sum(-1, keepdims=True), 1e-30)
+    B = p.shape[-1]
+    centres = (np.arange(B) + 0.5) / B
+    return p @ centres, 0.5 * np.abs(p - 1.0 / B).sum(-1)
+
+
+def policy_track(wd):
+    """The learned sampler's policy over training from a run's metrics.jsonl: steps, mean u and TV distance from
+    uniform of the mean density (density_summary of sampler/policy_density), and the spread across images
+    (sampler/policy_spread: the sum over bins of the std across the batch's images of p(bin), over the mean's mass).
+    Each record holds the density of the last policy update (every update_every steps) as of its step. None when the
+    run logged no policy density (not the learned sampler)."""
+    from training.report import POLICY_DENSITY, read_metrics
+
+    rows = [r for r in read_metrics(os.path.join(wd, "metrics.jsonl")) if POLICY_DENSITY in r]
+    if not rows:
+        return None
+    mean_u, tv = density_summary(np.array([r[POLICY_DENSITY] for r in rows], np.float64))
+    return dict(
+        steps=np.array([r["step"] for r in rows]),
+        mean_u=mean_u,
+        tv=tv,
+        spread=np.array([r.get("sampler/policy_spread", np.nan) for r in rows], np.float64),
+    )
+
+
+def policy_section(tracks, path):
+    """Does the policy move? tracks: {run: [policy_track per seed]} of the learned sampler's runs. Writes the figure
+    (three panels against the training step: mean u, TV from uniform, spread across images; one line per seed, a
+    colour per run) to `path` and returns the markdown: a line per run with the final values, mean ± sd over seeds,
+    and the per-seed values."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(14, 4))
+    axes = fig.subplots(1, 3)
+    panels = (
+        ("mean_u", "mean u of the mean density (0.5: uniform)"),
+        ("tv", "TV distance from uniform"),
+        ("spread", "spread across images"),
+    )
+    lines = [
+        "Does the policy move? The learned sampler's mean density over t (sampler/policy_density, the policy's mean "
+        "probability per bin of normalised t u at its last update): its mean u (uniform: 0.5) and total variation "
+        "distance from uniform (1/2 sum_b |p_b - 1/B|; 0: uniform), and the spread of p(t) across images "
+        "(sampler/policy_spread; 0: every image the same density); final values, mean ± sd over seeds [per seed].",
+        "",
+        f"![the policy over training]({os.path.basename(path)})",
+        "",
+    ]
+    for i, (name, ts) in enumerate(tracks.items()):
+        colour = f"C{i % 10}"
+        for j, tr in enumerate(ts):
+            for ax, (key, _) in zip(axes, panels):
+                # a record holds the density of the last update: constant until the next one
+                ax.plot(
+                    tr["steps"],
+                    tr[key],
+                    color=colour,
+                    alpha=0.8,
+                    lw=1,
+                    drawstyle="steps-post",
+                    label=name if j == 0 else None,
+                )
+        finals = []
+        for key, what in (("mean_u", "mean u"), ("tv", "TV from uniform"), ("spread", "spread")):
+            v = np.array([tr[key][-1] for tr in ts])
+            finals.append(f"{what} {ms(v, '{:.3f}')} [{', '.join(f'{x:.3f}' for x in v)}]")
+        lines.append(f"- {name} ({len(ts)} seed(s), step {int(ts[0]['steps'][-1])}): final " + "; ".join(finals) + ".")
+    axes[0].axhline(0.5, color="k", lw=0.5, ls="--")
+    for ax, (_, title) in zip(axes, panels):
+        ax.set_xlabel("training step")
+        ax.set_title(title)
+        ax.legend(fontsize=8)
+    fig.suptitle("the learned sampler's policy over training (one line per seed)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
     return "\n".join(lines)
 
 
@@ -339,6 +683,13 @@ def main():
     ap.add_argument("--horizon_of", default="", help="print where this run's bound estimate stops improving")
     ap.add_argument("--tol", type=float, default=0.01, help="bits/dim, for --horizon_of")
     ap.add_argument(
+        "--size_from",
+        default="",
+        metavar="OUT",
+        help="print, per run of the benchmark in OUT (a pilot), the sd of its paired differences and the seeds needed",
+    )
+    ap.add_argument("--detect", type=float, default=DETECT_BPD, help="bits/dim the seed counts are sized to detect")
+    ap.add_argument(
         "--set",
         action="append",
         default=[],
@@ -348,18 +699,30 @@ def main():
     args = ap.parse_args()
     if args.horizon_of:
         return print_horizon(args.horizon_of, args.tol)
+    if args.size_from:
+        return print(sizing(args.size_from, args.detect))
     runs = parse_runs(args.runs)
     seeds = [int(s) for s in args.seeds.split(",")]
     os.makedirs(args.out, exist_ok=True)
     t0 = time.perf_counter()
     run_all(args.out, runs, seeds, args)
     results = {name: [load(workdir_of(args.out, name, seed)) for seed in seeds] for name, _, _ in runs}
-    md = table(results, runs, seeds, args.config)
+    md = table(results, runs, seeds, args.config, args.detect)
+    written = [f"{args.out}/samplers.md", f"{args.out}/samplers.png"]
+    tracks = {
+        name: [policy_track(workdir_of(args.out, name, seed)) for seed in seeds]
+        for name, s, _ in runs
+        if s == "adaptive"
+    }
+    tracks = {name: ts for name, ts in tracks.items() if all(t is not None for t in ts)}
+    if tracks:
+        md += "\n\n" + policy_section(tracks, os.path.join(args.out, "policy.png"))
+        written.append(f"{args.out}/policy.png")
     with open(os.path.join(args.out, "samplers.md"), "w") as f:
         f.write(md + "\n")
     plot(results, runs, os.path.join(args.out, "samplers.png"))
     print(md)
-    print(f"\nWritten: {args.out}/samplers.md, {args.out}/samplers.png ({time.perf_counter() - t0:.0f} s)")
+    print(f"\nWritten: {', '.join(written)} ({time.perf_counter() - t0:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,7 @@
-"""The benchmarks' own arithmetic (no training): the convergence horizon and the paired intervals."""
+"""The benchmarks' own arithmetic (no training): the convergence horizon, the paired intervals, their power and
+the seeds a table needs, and the learned policy's summary."""
+
+import os
 
 import numpy as np
 import pytest
@@ -24,3 +27,139 @@ def test_interval_is_students_t_over_replicates():
     mean, half = interval(x)
     assert mean == pytest.approx(0.16)
     assert half == pytest.approx(stats.t.ppf(0.975, 4) * np.std(x, ddof=1) / np.sqrt(5))
+
+
+# Paired samples of d = run - uniform (bits/dim) and what scipy gave by hand for them: sd_d (ddof 1) 0.0364692,
+# t_{.975,4} = 2.776445, t_{.8,4} = 0.940965, MDD = (2.776445 + 0.940965) 0.0364692 / sqrt(5) = 0.0606291; the MDD at
+# n = 6 is 0.0519626 and at n = 7 0.0462126, so 7 seeds detect 0.05 bits/dim.
+D = np.array([0.03, -0.02, 0.05, 0.01, -0.04])
+
+
+def test_minimum_detectable_difference_and_seed_count_match_values_computed_by_hand():
+    from benchmarks.samplers import mdd, seeds_needed
+
+    sd = D.std(ddof=1)
+    assert sd == pytest.approx(0.0364692, rel=1e-5)
+    assert mdd(sd, 5) == pytest.approx(0.0606291, rel=1e-5)
+    assert seeds_needed(sd, 0.05) == 7
+    assert seeds_needed(sd, 0.0519) == 7 and seeds_needed(sd, 0.052) == 6  # the boundary between n = 6 and 7
+    assert seeds_needed(sd, 0.5) == 2 and seeds_needed(0.0, 0.05) == 2
+    assert seeds_needed(sd, 1e-6) is None  # beyond MAX_SEEDS
+    assert np.isnan(mdd(sd, 1))
+
+
+def test_exact_mdd_has_the_power_and_the_approximation_falls_short_at_small_n():
+    from benchmarks.samplers import mdd, mdd_exact, t_test_power
+
+    # the noncentral-t power of the approximation's MDD: 0.73 at n = 2, 0.79 at n = 5, 0.80 from n = 20 on
+    assert t_test_power(mdd(1.0, 2), 1.0, 2) == pytest.approx(0.7308, abs=1e-3)
+    assert t_test_power(mdd(1.0, 5), 1.0, 5) == pytest.approx(0.7913, abs=1e-3)
+    for n in (2, 3, 5, 10, 20, 50):
+        exact = mdd_exact(1.0, n)
+        assert t_test_power(exact, 1.0, n) == pytest.approx(0.8, abs=1e-6)
+        if n <= 10:  # the approximation is short of power: the exact MDD is larger
+            assert exact > mdd(1.0, n)
+        else:  # and agrees from about 20 pairs on
+            assert exact == pytest.approx(mdd(1.0, n), rel=1e-3)
+    assert mdd_exact(2.0, 5) == pytest.approx(2 * mdd_exact(1.0, 5), rel=1e-6)  # proportional to sd
+
+
+def test_verdict_wording_separated_and_not():
+    from benchmarks.samplers import verdict
+
+    assert verdict("adaptive", D, "bits/dim") == "bits/dim: not separated: the table could have detected |d| >= 0.061"
+    lower = np.array([-0.10, -0.12, -0.08, -0.11])
+    assert verdict("adaptive", lower, "FID") == "FID: adaptive is lower than uniform (95% interval excludes 0)"
+    assert verdict("speed", -lower, "KID") == "KID: speed is higher than uniform (95% interval excludes 0)"
+
+
+def test_paired_cell_has_interval_and_mdd():
+    from benchmarks.samplers import paired
+
+    half = stats.t.ppf(0.975, 4) * D.std(ddof=1) / np.sqrt(5)
+    assert paired(D) == f"+0.006 [{0.006 - half:+.3f}, {0.006 + half:+.3f}], MDD 0.061"
+
+
+def test_size_from_reads_a_pilot(tmp_path, capsys):
+    import json
+
+    from benchmarks.samplers import sizing
+
+    uniform = [4.00, 4.10, 3.90, 4.05, 3.95]
+    for name, bpd in (("uniform", uniform), ("adaptive__importance_weights-True", np.add(uniform, D))):
+        for seed, b in enumerate(bpd):
+            os.makedirs(tmp_path / f"{name}_seed{seed}" / "eval")
+            ev = dict(nll_bpd=dict(value=float(b)), fid=dict(fid=10.0 + seed, kid=0.01))
+            (tmp_path / f"{name}_seed{seed}" / "eval" / "step_100.json").write_text(json.dumps(ev))
+    os.makedirs(tmp_path / "adaptive__importance_weights-True_seed9")  # unfinished: no eval, left out
+    text = sizing(str(tmp_path))
+    row = next(line for line in text.splitlines() if "bits/dim |" in line and line.startswith("| adaptive"))
+    # name read back from the workdir; n, mean d, sd_d, MDD, target 0.05 and the 7 seeds computed by hand above
+    assert row.startswith("| adaptive/importance_weights=True | 5 | bits/dim | +0.006 | 0.036 | 0.061 | 0.061 |")
+    assert row.endswith("| 0.050 | 7 |")
+    fid = next(line for line in text.splitlines() if "| FID |" in line)
+    assert "| 0.000 |" in fid and fid.endswith("| 1.200 | 2 |")  # d = 0 every seed; 10% of uniform's mean FID 12
+
+
+def _metrics(path, steps, densities, spreads):
+    import json
+
+    with open(path, "w") as f:
+        f.write(json.dumps({"step": 0, "loss": 1.0}) + "\n")  # a record without the policy
+        for s, d, sp in zip(steps, densities, spreads):
+            rec = {"step": s, "sampler/policy_density": list(d), "sampler/policy_spread": sp, "loss": 0.5}
+            f.write(json.dumps(rec) + "\n")
+
+
+def test_density_summary_mean_u_and_tv_of_a_hand_made_density():
+    from benchmarks.samplers import density_summary
+
+    # bin centres 1/8, 3/8, 5/8, 7/8: mean u = 0.05 + 0.1125 + 0.125 + 0.0875 = 0.375; TV = (0.15 + 0.05 + 0.05 +
+    # 0.15) / 2 = 0.2
+    mean_u, tv = density_summary([0.4, 0.3, 0.2, 0.1])
+    assert mean_u == pytest.approx(0.375) and tv == pytest.approx(0.2)
+    mean_u, tv = density_summary([[2.0, 2.0, 2.0, 2.0], [0.0, 0.0, 0.0, 5.0]])  # unnormalised masses
+    np.testing.assert_allclose(mean_u, [0.5, 0.875])
+    np.testing.assert_allclose(tv, [0.0, 0.75])
+
+
+def test_policy_figure_and_summary_from_hand_made_metrics(tmp_path):
+    from benchmarks.samplers import policy_section, policy_track
+
+    flat, tilted = [0.25] * 4, [0.4, 0.3, 0.2, 0.1]
+    for seed, (last, spread) in enumerate([(tilted, 0.02), (flat, 0.04)]):
+        wd = tmp_path / f"adaptive_seed{seed}"
+        wd.mkdir()
+        _metrics(wd / "metrics.jsonl", [20, 40, 60], [flat, flat, last], [0.0, 0.01, spread])
+    tracks = {"adaptive": [policy_track(str(tmp_path / f"adaptive_seed{s}")) for s in (0, 1)]}
+    np.testing.assert_array_equal(tracks["adaptive"][0]["steps"], [20, 40, 60])
+    np.testing.assert_allclose(tracks["adaptive"][0]["tv"], [0.0, 0.0, 0.2], atol=1e-12)
+    text = policy_section(tracks, str(tmp_path / "policy.png"))
+    assert (tmp_path / "policy.png").stat().st_size > 0
+    assert "![the policy over training](policy.png)" in text.splitlines()
+    line = next(x for x in text.splitlines() if x.startswith("- adaptive"))
+    # final mean u 0.375 and 0.5 (mean 0.4375), TV 0.2 and 0 (mean 0.1), spread 0.02 and 0.04 (mean 0.03)
+    assert line.startswith("- adaptive (2 seed(s), step 60): final mean u 0.438 ± 0.088 [0.375, 0.500];")
+    assert "TV from uniform 0.100 ± 0.141 [0.200, 0.000]" in line and "spread 0.030 ± 0.014 [0.020, 0.040]" in line
+    os.makedirs(tmp_path / "uniform_seed0")
+    _metrics(tmp_path / "uniform_seed0" / "metrics.jsonl", [], [], [])
+    assert policy_track(str(tmp_path / "uniform_seed0")) is None
+
+
+def test_runs_of_the_new_samplers_parse():
+    from benchmarks.samplers import parse_runs, parse_setting
+
+    runs = parse_runs(
+        "uniform,infonoise,adaptive_noise,logitnormal/shift=3.0,adaptive/importance_weights=True,"
+        "adaptive/entropy_coef=0,adaptive/policy_lr=0.1"
+    )
+    assert [r[1] for r in runs] == ["uniform", "infonoise", "adaptive_noise", "logitnormal"] + ["adaptive"] * 3
+    assert parse_setting("adaptive", "importance_weights=True") == ("importance_weights", True)
+    assert parse_setting("adaptive", "importance_weights=false") == ("importance_weights", False)
+    assert parse_setting("adaptive", "entropy_coef=0") == ("entropy_coef", 0.0)
+    assert parse_setting("logitnormal", "shift=3.0") == ("shift", 3.0)
+    for bad in ("importance_weights=maybe", "entropy_cof=0", "num_selected=2.5"):
+        with pytest.raises(ValueError):
+            parse_setting("adaptive", bad)
+    with pytest.raises(SystemExit):
+        parse_runs("uniform,logitnormal/shift=-1")
