@@ -1,7 +1,7 @@
 """Latent diffusion on the embedded MNIST, offline end to end on a laptop CPU: a tiny class-conditional transformer
-(DiT or U-ViT) trained on 7x7x4 latents of the project's own small KL autoencoder (latent/embedded.py, trained once
-on the 4,000 training digits and cached), with classifier-free guidance, the learned timestep sampler, and samples
-and FID decoded to pixels and scored in the embedded MNIST classifier's feature space.
+(DiT or U-ViT) trained on 7x7x4 latents of the project's own small KL autoencoder (data/embedded_autoencoder.py,
+trained once on the 4,000 training digits and cached), with classifier-free guidance, the learned timestep sampler,
+and samples and FID decoded to pixels and scored in the embedded MNIST classifier's feature space.
 
     python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist --output=latents/mnist && \
         python main.py --config=configs/mnist_latent.py:dit --workdir=workdirs/mnist_dit

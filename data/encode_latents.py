@@ -62,8 +62,8 @@ def encode_dataset(
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
     from tqdm import tqdm
 
+    from data.embedded_autoencoder import resolve
     from latent import make_autoencoder
-    from latent.embedded import resolve
 
     data_cfg = DATASETS.default_config(dataset)
     data_cfg.name = dataset

@@ -9,7 +9,7 @@ RGB), scaled to [0, 1], resized to 299x299 bilinearly with half-pixel centres an
 F.interpolate(mode="bilinear", align_corners=False)), then to [-1, 1]. Output: the global average pool, [N, 2048].
 
 Weights: pytorch-fid's release file pt_inception-2015-12-05-6726825d.pth (docs/evaluation.md#fid-and-kid: where to get
-it), read without PyTorch by evaluation/torch_file.py and mapped by name: `X.conv.weight` [O, I, kh, kw] -> Flax kernel
+it), read without PyTorch by core/torch_file.py and mapped by name: `X.conv.weight` [O, I, kh, kw] -> Flax kernel
 [kh, kw, I, O]; `X.bn.{weight, bias, running_mean, running_var}` -> scale, bias, mean, var. tests/test_inception.py
 compares the features with pytorch-fid's own module on the same weights (fixture made by
 tests/fixtures/make_inception_fixture.py).
@@ -198,7 +198,7 @@ def load_weights(path: str):
     if path.endswith(".npz"):
         with np.load(path) as z:
             return variables_from_state_dict({k: z[k] for k in z.files})
-    from evaluation.torch_file import load_state_dict
+    from core.torch_file import load_state_dict
 
     return variables_from_state_dict(load_state_dict(path))
 

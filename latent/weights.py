@@ -3,7 +3,7 @@
 A path is a diffusers model directory (config.json and diffusion_pytorch_model.safetensors, else
 diffusion_pytorch_model.bin), that directory's config.json, or one weights file with the config.json beside it.
 .safetensors files are read by `safetensors.numpy`; anything else (.bin, .pth, .pt) as a torch.save'd state dict
-by evaluation/torch_file.py, which runs no code from the file.
+by core/torch_file.py, which runs no code from the file.
 
 State-dict keys map to Flax parameter paths by name (`a.down_blocks.0.conv.weight` <-> a/down_blocks_0/conv/kernel):
 conv weights [O, I, kh, kw] -> kernels [kh, kw, I, O], linear weights [O, I] -> [I, O] (also [O, I, 1, 1], the
@@ -68,7 +68,7 @@ def read_state_dict(weights_path: str) -> dict:
         from safetensors.numpy import load_file
 
         return load_file(weights_path)
-    from evaluation.torch_file import load_state_dict
+    from core.torch_file import load_state_dict
 
     return dict(load_state_dict(weights_path))
 

@@ -51,7 +51,7 @@ def test_wrong_weights_file_is_named():
 
 @pytest.mark.parametrize("fmt", ["zip", "legacy"])
 def test_torch_file_reader(fmt):
-    from evaluation.torch_file import load_state_dict
+    from core.torch_file import load_state_dict
 
     sd = load_state_dict(os.path.join(FIX, f"torch_file_{fmt}.pth"))
     with np.load(os.path.join(FIX, "torch_file_expected.npz")) as z:

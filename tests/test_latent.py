@@ -14,9 +14,10 @@ import pytest
 
 from configs import mnist_latent
 from core.fields import override
+from data import embedded_autoencoder as embedded
 from data import mnist_arrays
 from data.encode_latents import encode_dataset
-from latent import embedded, make_autoencoder
+from latent import make_autoencoder
 
 # a cheap recipe: the pipeline, not the quality, is under test
 TINY_AE = dict(embedded.RECIPE, block_out_channels=(8, 8, 8), norm_num_groups=4, steps=20, batch=16)

@@ -147,8 +147,8 @@ def make_first_stage(config):
     part = DATASETS[config.data.name]
     if not hasattr(part, "autoencoder_path"):
         return None
+    from data.embedded_autoencoder import resolve
     from latent import make_autoencoder
-    from latent.embedded import resolve
 
     return make_autoencoder(resolve(part.autoencoder_path(config.data), config.eval.fid.classifier_cache))
 

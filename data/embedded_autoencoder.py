@@ -2,7 +2,7 @@
 once on the embedded MNIST's training split and caches as an ordinary diffusers model directory (config.json +
 diffusion_pytorch_model.safetensors, loadable by diffusers itself), so that latent diffusion runs offline end to end.
 
-    python -m latent.embedded            # trains (about 2 minutes on 2 CPU cores) or finds the cached copy
+    python -m data.embedded_autoencoder            # trains (about 2 minutes on 2 CPU cores) or finds the cached copy
 
 config.autoencoder.path = "embedded:mnist" names it. The recipe (below) is hashed into the directory name: a change
 trains a new one. Training is deterministic on one device: fixed init key, fixed data order, float32. The loss is
