@@ -29,6 +29,21 @@ from core.fields import Choice, ConfigError, Context, FieldError, to_config
 NESTED, FLAT = "nested", "flat"
 
 
+@dataclasses.dataclass(frozen=True)
+class Need:
+    """What a part (a sampler, a weighting) needs of the diffusion process, checked by one generic loop before
+    anything compiles (training/validate.py check_needs): `capability` is one of the names a process offers
+    (Process.offers: "discrete", "continuous", "invertible", "fixed_schedule"). A need of the part itself has no
+    field; one that only a setting of the part has names the field, its value and what to use instead; `why`
+    replaces the process's own reason where the part knows better."""
+
+    capability: str
+    field: str | None = None
+    value: object = None
+    allowed: str | None = None
+    why: str | None = None
+
+
 class Registry:
     def __init__(self, section: str, layout: str, common: Dict | None = None, check: Callable | None = None):
         """`common`: fields every part of a flat section has (besides name); `check(section_cfg, ctx)`: a

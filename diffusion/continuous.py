@@ -59,6 +59,18 @@ class ContinuousProcess:
     methods = METHODS
     default_method = "heun"  # what a config switched to this process samples with (training/schema.switch_part)
 
+    @classmethod
+    def offers(cls, cfg) -> set:
+        """What samplers and weightings may need of this process (core.registry.Need; training/validate.py)."""
+        return {"continuous", "invertible", "fixed_schedule"}
+
+    @classmethod
+    def lacks(cls, capability: str, cfg) -> tuple:
+        """(where, why) of a refusal: the process named as a config phrase, and why it lacks `capability`."""
+        if capability == "discrete":
+            return f"the continuous-time process {cfg.name!r}", "it is defined on discrete timesteps"
+        return f"the continuous-time process {cfg.name!r}", f"it offers no {capability}"
+
     def bind(self, params):
         """This process at the model's parameters `params` (a learned schedule reads its own from them)."""
         return self

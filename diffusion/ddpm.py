@@ -371,6 +371,17 @@ class DDPM:
         return self.num_timesteps
 
     methods = sampling.METHODS
+
+    @classmethod
+    def offers(cls, cfg) -> set:
+        """What samplers and weightings may need of this process (core.registry.Need; training/validate.py)."""
+        return {"discrete", "invertible", "fixed_schedule"}
+
+    @classmethod
+    def lacks(cls, capability: str, cfg) -> tuple:
+        """(where, why) of a refusal: the process named as a config phrase, and why it lacks `capability`."""
+        return f"the discrete-time process {cfg.name!r}", f"it has no {capability} form"
+
     default_method = "ddim"  # what a config switched to this process samples with (training/schema.switch_part)
 
     def sampling_steps(self, method: str, steps: int) -> int:

@@ -103,6 +103,21 @@ class VP(ContinuousProcess):
             raise FieldError("logsnr_min", cfg.logsnr_min, f"must be below logsnr_max={cfg.logsnr_max}")
 
     @classmethod
+    def offers(cls, cfg) -> set:
+        if cfg.schedule == "learned":  # no inverse; trained on the ELBO, whose interior gradient needs uniform t
+            return {"continuous"}
+        return super().offers(cfg)
+
+    @classmethod
+    def lacks(cls, capability: str, cfg) -> tuple:
+        if cfg.schedule == "learned" and capability in ("invertible", "fixed_schedule"):
+            return (
+                "config.diffusion.schedule='learned'",
+                "the learned schedule has no inverse to map noise levels to times",
+            )
+        return super().lacks(capability, cfg)
+
+    @classmethod
     def from_config(cls, cfg):
         return cls(
             cfg.schedule,

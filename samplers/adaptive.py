@@ -53,6 +53,7 @@ import optax
 from jax.scipy.special import betainc
 
 from core.fields import Bool, Choice, FieldError, Int, Ints, Num
+from core.registry import Need
 from diffusion.gaussian import stratum_edges
 from samplers.base import SAMPLERS, Sampler
 from samplers.fstat import f_statistic, top_k_highest
@@ -161,6 +162,19 @@ class AdaptiveSampler(Sampler):
         # what the reward is the reduction of at S: the bound's terms, or the training loss (module docstring)
         reward=Choice("bound", REWARDS),
     )
+
+    @classmethod
+    def needs(cls, cfg):
+        out = super().needs(cfg)
+        if cfg.sweep_grid == "geometric":  # spaced in log SNR: mapped back to times
+            out.append(Need("invertible", "sweep_grid", "geometric", "even"))
+        if not cfg.importance_weights:
+            why = (
+                "the schedule's interior descends the bound only where t is uniform or importance-weighted (without "
+                "the weights it learns to move log SNR away from where the policy samples)"
+            )
+            out.append(Need("fixed_schedule", "importance_weights", False, "True", why))
+        return out
 
     @classmethod
     def check(cls, cfg, ctx):

@@ -30,6 +30,7 @@ from samplers.histogram import HISTOGRAM_FIELDS, HistogramSampler
 class AdaptiveNoiseSampler(HistogramSampler):
     name = "adaptive_noise"
     continuous = True
+    inverts = True
     importance = True
     FIELDS = dict(
         HISTOGRAM_FIELDS,

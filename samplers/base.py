@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.registry import NESTED, Registry
+from core.registry import NESTED, Need, Registry
 
 SAMPLERS = Registry("sampler", NESTED)
 
@@ -70,9 +70,19 @@ class Sampler:
 
     name = "base"
     FIELDS: Dict[str, Any] = {}
-    # Whether the sampler has a meaning in continuous time (process.discrete False: t float32 in [0, 1]); validation
-    # refuses the others there in one line.
+    # Whether the sampler has a meaning in continuous time (process.discrete False: t float32 in [0, 1]), and whether
+    # it maps noise levels to times through the process's inverse log SNR; `needs` turns both into what it asks of
+    # the process, which validation checks against what the process offers (one line when it lacks one).
     continuous = False
+    inverts = False
+
+    @classmethod
+    def needs(cls, cfg) -> list:
+        """What this sampler, with its own sub-config `cfg`, needs of the process: [core.registry.Need]."""
+        out = [] if cls.continuous else [Need("discrete")]
+        if cls.inverts:
+            out.append(Need("invertible"))
+        return out
 
     def __init__(self, cfg, process, batch_size: int):
         self.cfg = cfg  # this sampler's own sub-config

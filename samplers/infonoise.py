@@ -54,6 +54,7 @@ def gate(sigma, c, n):
 class InfoNoiseSampler(HistogramSampler):
     name = "infonoise"
     continuous = True
+    inverts = True
     importance = False
     QUANTITIES = ("x0_mse", "rel_weight")
     FIELDS = dict(

@@ -54,6 +54,7 @@ def logitnormal_density(n: np.ndarray, m: float, s: float) -> np.ndarray:
 class LogitNormalSampler(FixedTableSampler):
     name = "logitnormal"
     continuous = True
+    inverts = True
     FIELDS = dict(
         mean=Num(0.0, note="(SD3: 0)"),
         std=Num(1.0, 0, lo_open=True, note="(SD3: 1)"),

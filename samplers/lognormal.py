@@ -41,6 +41,7 @@ def lognormal_probabilities(sig: np.ndarray, mean: float, std: float) -> np.ndar
 class LogNormalSampler(FixedTableSampler):
     name = "lognormal"
     continuous = True
+    inverts = True
     FIELDS = dict(mean=Num(-1.2, note="(EDM: -1.2)"), std=Num(1.2, 0, lo_open=True, note="(EDM: 1.2)"))
 
     @classmethod

@@ -345,6 +345,38 @@ def test_validation_refuses_what_has_no_meaning_in_continuous_time(overrides, me
     assert message in str(e.value) and "\n" not in str(e.value)
 
 
+def test_a_new_samplers_needs_are_checked_by_what_it_declares():
+    """A sampler defined here that needs no inverse is allowed with VDM's learned schedule (no list of names to
+    edit); one that inverts the schedule is refused in one line, the allowed samplers computed from the declared
+    needs."""
+    from samplers import SAMPLERS
+    from samplers.uniform import UniformSampler
+    from training.validate import check_values
+
+    class PlainSampler(UniformSampler):
+        name = "test_plain"
+
+    class InvertingSampler(UniformSampler):
+        name = "test_inverting"
+        inverts = True
+
+    for cls in (PlainSampler, InvertingSampler):
+        SAMPLERS.register(cls)
+    try:
+        over = {"diffusion.schedule": "learned"}
+        check_values(flow_config("vp", **over, **{"sampler.name": "test_plain"}))
+        with pytest.raises(ConfigError) as e:
+            check_values(flow_config("vp", **over, **{"sampler.name": "test_inverting"}))
+        assert str(e.value) == (
+            "config.sampler.name='test_inverting' is not allowed with config.diffusion.schedule='learned': the "
+            "learned schedule has no inverse to map noise levels to times; use one of adaptive, antithetic, "
+            "test_plain, uniform"
+        )
+    finally:
+        for cls in (PlainSampler, InvertingSampler):
+            SAMPLERS.unregister(cls.name)
+
+
 def test_flow_resume_with_the_learned_sampler_is_exact(tmp_path):
     """6 steps in one go equal 3, a real orbax checkpoint and 3 more, the policy's state included."""
 

@@ -188,54 +188,13 @@ def check_values(config):
 
 
 def check_time_domain(config):
-    """The sampler, the weighting and the sampling methods must have a meaning for the process's time domain
-    (discrete timesteps or continuous t in [0, 1])."""
+    """The sampler and the weighting get what they need of the process (check_needs), and the sampling methods are
+    the process's."""
     from diffusion import PROCESSES
-    from samplers import SAMPLERS
-    from weightings import WEIGHTINGS
 
     process = PROCESSES[config.diffusion.name]
     name = config.diffusion.name
-    for section, registry in (("sampler", SAMPLERS), ("weighting", WEIGHTINGS)):
-        part = config[section].name
-        if not process.discrete and not registry[part].continuous:
-            ok = ", ".join(n for n in registry.names() if registry[n].continuous)
-            raise ConfigError(
-                f"config.{section}.name={part!r} is not allowed with the continuous-time process {name!r}: it is "
-                f"defined on discrete timesteps; use one of {ok}"
-            )
-    if config.diffusion.get("schedule") == "learned":
-        s = config.sampler
-        no_inverse = "the learned schedule has no inverse to map noise levels to times"
-        rules = [  # (refused, what, why, what is allowed)
-            (
-                s.name not in ("uniform", "antithetic", "adaptive"),
-                f"config.sampler.name={s.name!r}",
-                no_inverse,
-                "uniform, antithetic or adaptive",
-            ),
-            (
-                config.weighting.name != "none",
-                f"config.weighting.name={config.weighting.name!r}",
-                no_inverse,
-                "none (the loss is the ELBO itself)",
-            ),
-            (
-                s.name == "adaptive" and s.adaptive.sweep_grid == "geometric",
-                "config.sampler.adaptive.sweep_grid='geometric'",
-                no_inverse,
-                "even",
-            ),
-            (
-                s.name == "adaptive" and not s.adaptive.importance_weights,
-                "config.sampler.adaptive.importance_weights=False",
-                "the schedule's interior descends the bound only where t is uniform or importance-weighted (without "
-                "the weights it learns to move log SNR away from where the policy samples)",
-                "True",
-            ),
-        ]
-        for what, why, allowed in [(w, y, a) for refused, w, y, a in rules if refused]:
-            raise ConfigError(f"{what} is not allowed with config.diffusion.schedule='learned': {why}; use {allowed}")
+    check_needs(config)
     for path in ("sample.method", "eval.fid.method", "eval.periodic.method"):
         method = get(config, path)
         if method not in process.methods:
@@ -243,6 +202,43 @@ def check_time_domain(config):
                 f"config.{path}={method!r} is not allowed with config.diffusion.name={name!r}: its sampling methods "
                 f"are {', '.join(process.methods)}"
             )
+
+
+def check_needs(config):
+    """One generic loop: every need the named sampler and weighting declare (Sampler.needs, Weighting.needs:
+    core.registry.Need) must be among what the process offers (offers(cfg)); else one line naming the part or its
+    field, the process and why, and what to use (the parts that need nothing the process lacks)."""
+    from diffusion import PROCESSES
+    from samplers import SAMPLERS
+    from weightings import WEIGHTINGS
+
+    process = PROCESSES[config.diffusion.name]
+    offered = process.offers(config.diffusion)
+    sections = (("sampler", SAMPLERS), ("weighting", WEIGHTINGS))
+    needs = [  # the parts' own needs first, then their settings'
+        (section, registry, need)
+        for by_field in (False, True)
+        for section, registry in sections
+        for need in registry[config[section].name].needs(registry.own_config(config[section]))
+        if (need.field is not None) == by_field
+    ]
+    for section, registry, need in needs:
+        part = config[section].name
+        if need.capability in offered:
+            continue
+        where, why = process.lacks(need.capability, config.diffusion)
+        if need.field is None:
+            ok = [n for n in registry.names() if _part_fits(registry, n, config[section], offered)]
+            what, allowed = f"config.{section}.name={part!r}", need.allowed or "one of " + ", ".join(ok)
+        else:
+            what, allowed = f"config.{registry.prefix(part)}.{need.field}={need.value!r}", need.allowed
+        raise ConfigError(f"{what} is not allowed with {where}: {need.why or why}; use {allowed}")
+
+
+def _part_fits(registry, name, section_cfg, offered) -> bool:
+    """Whether part `name`'s own needs (not those of its settings) are all offered."""
+    own = registry.own_config(section_cfg, name)
+    return all(n.capability in offered for n in registry[name].needs(own) if n.field is None)
 
 
 def check_guidance(config):

@@ -11,21 +11,7 @@ Adding one: a module registered with `@WEIGHTINGS.register` (docs/extending.md#a
 import jax.numpy as jnp
 
 from weightings import min_snr, none, p2, speed, uncertainty
-from weightings.base import WEIGHTINGS, Weighting
-
-
-class FixedWeighting:
-    """A weighting without parameters, applied: w = fn(t [B]) -> [B] float32, and the weighted loss of each example
-    loss(params, t, mse) = w(t) mse (params unused)."""
-
-    def __init__(self, fn):
-        self.fn = fn
-
-    def __call__(self, t):
-        return self.fn(t)
-
-    def loss(self, params, t, mse):
-        return self.fn(t) * mse
+from weightings.base import WEIGHTINGS, FixedWeighting, Weighting
 
 
 def make_weighting(weighting_cfg, process):
@@ -34,8 +20,6 @@ def make_weighting(weighting_cfg, process):
     `applied`)."""
     cls = WEIGHTINGS[weighting_cfg.name]
     own = WEIGHTINGS.own_config(weighting_cfg)
-    if getattr(process, "learned_schedule", False):  # validation allows only "none" with a learned schedule
-        return FixedWeighting(lambda t: jnp.ones(jnp.shape(t), jnp.float32))
     if hasattr(cls, "applied"):
         return cls.applied(own, process)
     if not process.discrete:

@@ -17,7 +17,7 @@ from typing import Any, Dict
 import jax.numpy as jnp
 import numpy as np
 
-from core.registry import NESTED, Registry
+from core.registry import NESTED, Need, Registry
 
 WEIGHTINGS = Registry("weighting", NESTED)
 
@@ -31,6 +31,13 @@ class Weighting:
     continuous = False  # whether of_path is defined (validation refuses the others in continuous time)
 
     @classmethod
+    def needs(cls, cfg) -> list:
+        """What this weighting needs of the process ([core.registry.Need]): the discrete chain unless it has a
+        continuous form, and a fixed schedule (a learned one trains on the ELBO itself, unweighted)."""
+        out = [] if cls.continuous else [Need("discrete")]
+        return out + [Need("fixed_schedule", why="the loss is the ELBO itself", allowed="none")]
+
+    @classmethod
     def table(cls, cfg, process) -> np.ndarray:
         raise NotImplementedError
 
@@ -38,6 +45,20 @@ class Weighting:
     def of_path(cls, cfg, alpha, sigma, c1, c2):
         """w [B] in continuous time (module docstring)."""
         raise NotImplementedError
+
+
+class FixedWeighting:
+    """A weighting without parameters, applied: w = fn(t [B]) -> [B] float32, and the weighted loss of each example
+    loss(params, t, mse) = w(t) mse (params unused)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, t):
+        return self.fn(t)
+
+    def loss(self, params, t, mse):
+        return self.fn(t) * mse
 
 
 def per_target(num, alpha, sigma, c1, c2):

@@ -3,13 +3,22 @@
 import jax.numpy as jnp
 import numpy as np
 
-from weightings.base import WEIGHTINGS, Weighting
+from weightings.base import WEIGHTINGS, FixedWeighting, Weighting
 
 
 @WEIGHTINGS.register
 class NoWeighting(Weighting):
     name = "none"
     continuous = True
+
+    @classmethod
+    def needs(cls, cfg):
+        return []  # any process: with a learned schedule the loss is the ELBO, unweighted
+
+    @classmethod
+    def applied(cls, cfg, process):
+        """w = 1 without asking the process anything (a learned schedule's coefficients need its parameters)."""
+        return FixedWeighting(lambda t: jnp.ones(jnp.shape(t), jnp.float32))
 
     @classmethod
     def of_path(cls, cfg, alpha, sigma, c1, c2):
