@@ -121,6 +121,16 @@ class DDPM:
         with np.errstate(divide="ignore"):
             return np.log(ab) - np.log1p(-ab)
 
+    def alphas_cumprod_np(self) -> np.ndarray:
+        """alpha_bar of every step, the signal's variance in x_t: [T] float64."""
+        return self.schedule.np64["alphas_cumprod"]
+
+    def snr_np(self) -> np.ndarray:
+        """SNR of every step, alpha_bar / (1 - alpha_bar): [T] float64 (inf where alpha_bar = 1)."""
+        ab = self.alphas_cumprod_np()
+        with np.errstate(divide="ignore"):
+            return ab / (1.0 - ab)
+
     def noise_levels_np(self) -> np.ndarray:
         """The noise coefficient of every step, sqrt(1 - alpha_bar): [T] float64."""
         return self.schedule.np64["sqrt_one_minus_alphas_cumprod"]

@@ -21,8 +21,9 @@ from core.fields import Num
 from samplers.base import SAMPLERS, FixedTableSampler
 
 
-def sigmas(schedule) -> np.ndarray:
-    ab = schedule.np64["alphas_cumprod"]
+def sigmas(process) -> np.ndarray:
+    """EDM's sigma of every step of a chain, sqrt((1 - alpha_bar) / alpha_bar): [T] float64."""
+    ab = process.alphas_cumprod_np()
     return np.sqrt((1.0 - ab) / ab)
 
 
@@ -46,13 +47,13 @@ class LogNormalSampler(FixedTableSampler):
 
     @classmethod
     def table(cls, cfg, process):
-        return lognormal_probabilities(sigmas(process.schedule), cfg.mean, cfg.std)
+        return lognormal_probabilities(sigmas(process), cfg.mean, cfg.std)
 
     def __init__(self, cfg, process, batch_size):
         super().__init__(cfg, process, batch_size)
         if not self.discrete:
             return
-        self.log_edges = jnp.asarray(np.log(cell_edges(sigmas(process.schedule))), jnp.float32)
+        self.log_edges = jnp.asarray(np.log(cell_edges(sigmas(process))), jnp.float32)
 
     def sample(self, state, key, x0):
         B = x0.shape[0]

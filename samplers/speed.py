@@ -21,9 +21,9 @@ from core.fields import Int, Num
 from samplers.base import SAMPLERS, FixedTableSampler, inverse_cdf
 
 
-def meaningful_step(schedule) -> int:
+def meaningful_step(process) -> int:
     """m = argmax(np.gradient(sqrt(1 - alpha_bar)) < 1e-4) + 1 (SpeeD's `meaningful_steps`)."""
-    slope = np.gradient(schedule.np64["sqrt_one_minus_alphas_cumprod"])
+    slope = np.gradient(process.noise_levels_np())
     return int(np.argmax(slope < 1e-4) + 1)
 
 
@@ -49,7 +49,7 @@ class SpeedSampler(FixedTableSampler):
 
     def __init__(self, cfg, process, batch_size):
         super().__init__(cfg, process, batch_size)
-        self.m = meaningful_step(process.schedule)
+        self.m = meaningful_step(process)
 
     def sample(self, state, key, x0):
         B = x0.shape[0]

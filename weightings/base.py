@@ -69,7 +69,5 @@ def per_target(num, alpha, sigma, c1, c2):
 
 
 def snr(process) -> np.ndarray:
-    """alpha_bar / (1 - alpha_bar), float64 (inf where alpha_bar = 1)."""
-    ab = process.schedule.np64["alphas_cumprod"]
-    with np.errstate(divide="ignore"):
-        return ab / (1.0 - ab)
+    """alpha_bar / (1 - alpha_bar) of every step of a chain, float64 (inf where alpha_bar = 1)."""
+    return process.snr_np()

@@ -27,4 +27,4 @@ class SpeedWeighting(Weighting):
 
     @classmethod
     def table(cls, cfg, process):
-        return speed_weights(process.schedule.np64["alphas_cumprod"], cfg.lam, cfg.tau)
+        return speed_weights(process.alphas_cumprod_np(), cfg.lam, cfg.tau)
