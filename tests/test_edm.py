@@ -305,6 +305,24 @@ def test_three_steps_with_the_learned_sampler_then_its_likelihood_and_samples():
     assert x.shape == (8, 8, 8, 1) and x.dtype == jnp.uint8
 
 
+@pytest.mark.parametrize("variant", ["infonoise", "adaptive_noise", "lognormal,uncertainty"])
+def test_two_steps_with_the_histogram_samplers_and_edm2s_weighting(variant):
+    """InfoNoise and the adaptive noise schedule update their log-SNR histograms from EDM's loss; EDM2's learned
+    uncertainty weighting trains its own parameters beside the network's."""
+    from training.setup import build, initial_state
+
+    c = edm_config(variant)
+    setup = build(c)
+    state = initial_state(setup)
+    before = jax.device_get(state.params)
+    batch = setup.example_batch(c.train.batch_size)
+    for step in range(2):
+        state, metrics = setup.step_for(step)(state, batch)
+        assert bool(metrics["finite_loss"]) and bool(metrics["finite_sampler"])
+    if "uncertainty" in variant:
+        assert not np.array_equal(before["weighting"]["w"], jax.device_get(state.params["weighting"]["w"]))
+
+
 def test_edm_resume_with_the_learned_sampler_is_exact(tmp_path):
     _, full, resumed = full_and_resumed(edm_config(), tmp_path)
     chex.assert_trees_all_equal(full, resumed)
