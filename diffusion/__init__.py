@@ -1,6 +1,7 @@
-"""Diffusion processes (registered by name: ddpm, vp, flow), their schedules, bound terms and samplers of images."""
+"""Diffusion processes (registered by name: ddpm, vp, flow, edm), their schedules, bound terms and samplers of
+images."""
 
-from diffusion import flow, gaussian, sampling, vp
+from diffusion import edm, flow, gaussian, sampling, vp
 from diffusion.base import PROCESSES, make_process
 from diffusion.ddpm import DDPM
 from diffusion.schedules import SCHEDULES, Schedule, make_schedule
@@ -9,6 +10,7 @@ __all__ = [
     "PROCESSES",
     "make_process",
     "DDPM",
+    "edm",
     "flow",
     "vp",
     "Schedule",

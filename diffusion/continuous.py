@@ -18,10 +18,11 @@ only through its SNR ends (VDM's invariance), so the same formula reads a flow-m
 
 The probability-flow ODE of every Gaussian path is dx/dt = alpha'(t) E[x0 | x_t] + sigma'(t) E[eps | x_t]
 (the marginal velocity of flow matching; for VP it equals Song et al.'s probability-flow ODE), computed from any
-target through `predict`. Sampling integrates it from t = 1 (x_1 ~ N(0, I)) to t = 0 on an even grid of `steps`
-steps: "euler"; "heun" (Heun's second-order method, EDM's Algorithm 1: Euler then the trapezoidal correction, the
-last step Euler only, 2 steps - 1 network evaluations); "ancestral": the path's own reverse chain on the same grid,
-x_s ~ q(x_s | x_t, x0 = x0_hat) (VDM's sampler, written for any alpha, sigma), no noise in the last step.
+target through `predict`. Sampling integrates it from t = 1 (x_1 ~ the prior, N(0, I)) to t = 0 on an even grid
+of `steps` steps: "euler"; "heun" (Heun's second-order method, EDM's Algorithm 1: Euler then the trapezoidal
+correction, the last step Euler only, 2 steps - 1 network evaluations); "ancestral": the path's own reverse chain
+on the same grid, x_s ~ q(x_s | x_t, x0 = x0_hat) (VDM's sampler, written for any alpha, sigma), no noise in the
+last step.
 With clip (pixels), "ancestral" clips x0_hat to [-1, 1] at every step; the ODE methods clip only the result.
 """
 
@@ -30,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from diffusion.gaussian import LN2, fold_timesteps, mean_flat
-from diffusion.likelihood import ode_log_likelihood
+from diffusion.likelihood import ode_log_likelihood, standard_normal_logp
 
 TARGETS = ("eps", "x0", "v", "velocity")
 METHODS = ("ancestral", "euler", "heun")
@@ -49,7 +50,8 @@ def stratified_times(key, num: int):
 
 class ContinuousProcess:
     """Base class. Subclasses give `alpha_sigma(t)`, `logsnr(t)`, `t_of_logsnr(lam)` and `t_of_sigma(s)` (jnp, [B]
-    -> [B]; the last two clipped into [0, 1]) and a registered `name`."""
+    -> [B]; the last two clipped into [0, 1]) and a registered `name`; the prior at t = 1 is N(0, I)
+    (`prior_sample`, `prior_logp`), which a variance-exploding process overrides (edm.py)."""
 
     discrete = False
     learned_variance = False
@@ -70,14 +72,15 @@ class ContinuousProcess:
         if capability == "discrete":
             return f"the continuous-time process {cfg.name!r}", "it is defined on discrete timesteps"
         return f"the continuous-time process {cfg.name!r}", f"it offers no {capability}"
+    targets = TARGETS
 
     def bind(self, params):
         """This process at the model's parameters `params` (a learned schedule reads its own from them)."""
         return self
 
     def __init__(self, target: str, grid: int, *, time_scale: float = TIME_SCALE, likelihood_steps: int = 100):
-        if target not in TARGETS:
-            raise ValueError(f"target {target!r} is not one of {', '.join(TARGETS)}")
+        if target not in self.targets:
+            raise ValueError(f"target {target!r} is not one of {', '.join(self.targets)}")
         self.target, self.grid = target, int(grid)
         self.time_scale = float(time_scale)
         self.likelihood_steps = int(likelihood_steps)
@@ -129,6 +132,15 @@ class ContinuousProcess:
 
     def split_out(self, out, channels: int):
         return out, None
+
+    # -- the prior at t = 1 ----------------------------------------------------------------------------------------
+    def prior_sample(self, key, shape):
+        """A draw of the prior, N(0, I): [shape] float32 (where sampling starts)."""
+        return jax.random.normal(key, shape)
+
+    def prior_logp(self, x):
+        """log N(x; 0, I) [B] in nats (where the ODE likelihood ends)."""
+        return standard_normal_logp(x)
 
     # -- the network ---------------------------------------------------------------------------------------------
     def net_time(self, t):
@@ -215,24 +227,33 @@ class ContinuousProcess:
         return (self.bound_terms(apply_fn, x0, ts, noise, max_rows=max_rows) * weights).sum(axis=1)
 
     # -- likelihood through the probability-flow ODE -------------------------------------------------------------
+    def likelihood_ode(self, apply_fn):
+        """(field(y [B, ...], tau) -> dy/dtau [B, ...], prior_logp(y) -> [B]): the probability-flow ODE in the
+        likelihood's variables, tau a scalar in [t_min, 1] and y = x at tau = 0, and the density of y at tau = 1;
+        here tau = t, y = x_t, the field is `velocity` and the prior `prior_logp`."""
+
+        def field(xt, t):
+            tb = jnp.full(xt.shape[:1], t, jnp.float32)
+            return self.velocity(xt, tb, self.run(apply_fn, xt, tb))
+
+        return field, self.prior_logp
+
     def ode_nll_bpd(self, apply_fn, x0, key, *, steps: int = 0, dequantize: bool = True, t_min: float = 0.0):
         """-log p(x0) in bits/dim through the probability-flow ODE (diffusion/likelihood.py): Heun's method with
         `steps` (default likelihood_steps) even steps from t_min to 1, Hutchinson's trace estimator with one
-        Rademacher probe per image, N(0, I) at t = 1. dequantize (8-bit pixels): uniform dequantisation,
-        y = (k + u) / 256 for the pixel value k, x = 2 y - 1, and bits/dim = -log2 p(x) / D + 7 (score_sde's
-        offset: 8 bits per 256-level bin, minus 1 for the density's scale of 2 from [0, 1] to [-1, 1]); the result
-        bounds the discrete NLL from above. Without, the continuous density of x0 itself (latents). [B]."""
+        Rademacher probe per image, the prior at t = 1 (likelihood_ode). dequantize (8-bit pixels): uniform
+        dequantisation, y = (k + u) / 256 for the pixel value k, x = 2 y - 1, and bits/dim = -log2 p(x) / D + 7
+        (score_sde's offset: 8 bits per 256-level bin, minus 1 for the density's scale of 2 from [0, 1] to
+        [-1, 1]); the result bounds the discrete NLL from above. Without, the continuous density of x0 itself
+        (latents). [B]."""
         k_deq, k_probe = jax.random.split(key)
         x = x0
         if dequantize:
             k = jnp.round((x0 + 1.0) * 127.5)
             x = 2.0 * (k + jax.random.uniform(k_deq, x0.shape)) / 256.0 - 1.0
 
-        def field(xt, t):
-            tb = jnp.full(xt.shape[:1], t, jnp.float32)
-            return self.velocity(xt, tb, self.run(apply_fn, xt, tb))
-
-        logp = ode_log_likelihood(field, x, k_probe, steps or self.likelihood_steps, t0=t_min)
+        field, prior_logp = self.likelihood_ode(apply_fn)
+        logp = ode_log_likelihood(field, x, k_probe, steps or self.likelihood_steps, t0=t_min, prior_logp=prior_logp)
         D = np.prod(x0.shape[1:])
         bpd = -logp / (D * LN2)
         return bpd + 7.0 if dequantize else bpd
@@ -252,7 +273,7 @@ class ContinuousProcess:
         n = int(steps)
         ts = jnp.linspace(1.0, 0.0, n + 1, dtype=jnp.float32)
         key, k0 = jax.random.split(key)
-        x = constrain(jax.random.normal(k0, shape))
+        x = constrain(self.prior_sample(k0, shape))
         B = shape[0]
 
         def out_at(x, t):

@@ -37,6 +37,7 @@ from diffusion.gaussian import (
     normal_kl,
     stratified_timesteps,
 )
+from diffusion.likelihood import standard_normal_logp
 from diffusion.schedules import SCHEDULES, Schedule, betas_for, make_schedule
 
 TARGETS = ("eps", "x0", "v")
@@ -341,6 +342,14 @@ class DDPM:
         if self.learned_variance:
             guided = jnp.concatenate([guided, out_cond[..., c:]], axis=-1)
         return guided
+
+    def prior_sample(self, key, shape):
+        """A draw of the prior at the last step, N(0, I): [shape] float32 (the samplers' start)."""
+        return jax.random.normal(key, shape)
+
+    def prior_logp(self, x):
+        """log N(x; 0, I) [B] in nats."""
+        return standard_normal_logp(x)
 
     def sample(
         self, apply_fn, key, shape, method: str = "ancestral", steps: int = 0, constrain=sampling.same, clip=True

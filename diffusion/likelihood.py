@@ -3,10 +3,11 @@ al. 2019; Song et al. 2021's score_sde `likelihood.py`):
 
     log p_0(x_0) = log p_1(x_1) + int_{t0}^{1} div v(x_t, t) dt,   dx_t/dt = v(x_t, t),
 
-integrated from the data (t0) to t = 1, where p_1 = N(0, I). The divergence is estimated by Hutchinson's estimator
-div v = E_z[z^T (dv/dx) z] with one Rademacher probe z per image, the same z along the whole path (as FFJORD and
-score_sde), through one forward-mode product (jax.jvp) per evaluation; `exact_trace=True` computes the trace
-exactly instead (one jvp per dimension: small data and tests). The ODE is integrated with Heun's method
+integrated from the data (t0) to t = 1, where p_1 is the process's prior (`prior_logp`; N(0, I) by default, a
+variance-exploding process's N(0, sigma_max^2 I) in diffusion/edm.py). The divergence is estimated by Hutchinson's
+estimator div v = E_z[z^T (dv/dx) z] with one Rademacher probe z per image, the same z along the whole path (as
+FFJORD and score_sde), through one forward-mode product (jax.jvp) per evaluation; `exact_trace=True` computes the
+trace exactly instead (one jvp per dimension: small data and tests). The ODE is integrated with Heun's method
 (explicit trapezoidal rule, second order) on `steps` even steps, the divergence alongside x. score_sde uses an
 adaptive RK45 (scipy, rtol = atol = 1e-5); a fixed grid keeps the computation one jitted program with a known
 cost; its error is measured against closed forms in tests/test_continuous.py.
@@ -40,8 +41,15 @@ def divergence(field, x, t, z=None):
     return v, jnp.sum(jax.lax.map(diag, jnp.arange(D)), axis=0)
 
 
-def ode_log_likelihood(field, x0, key, steps: int, *, t0: float = 0.0, exact_trace: bool = False):
-    """log p_0(x0) [B] in nats for the ODE dx/dt = field(x, t) (t a scalar), p_1 = N(0, I)."""
+def standard_normal_logp(x):
+    """log N(x; 0, I) [B] in nats of a batch x [B, ...]."""
+    D = math.prod(x.shape[1:])
+    return -0.5 * _sum_flat(x**2) - 0.5 * D * math.log(2 * math.pi)
+
+
+def ode_log_likelihood(field, x0, key, steps: int, *, t0: float = 0.0, exact_trace: bool = False, prior_logp=None):
+    """log p_0(x0) [B] in nats for the ODE dx/dt = field(x, t) (t a scalar), p_1 = prior_logp (x [B, ...] -> [B];
+    None: N(0, I))."""
     z = None if exact_trace else jax.random.rademacher(key, x0.shape, jnp.float32)
     h = (1.0 - t0) / steps
 
@@ -54,6 +62,4 @@ def ode_log_likelihood(field, x0, key, steps: int, *, t0: float = 0.0, exact_tra
         return (x + 0.5 * h * (v1 + v2), div_int + 0.5 * h * (d1 + d2)), None
 
     (x1, div_int), _ = jax.lax.scan(body, (x0, jnp.zeros(x0.shape[:1], jnp.float32)), jnp.arange(steps))
-    D = math.prod(x0.shape[1:])
-    log_p1 = -0.5 * _sum_flat(x1**2) - 0.5 * D * math.log(2 * math.pi)
-    return log_p1 + div_int
+    return (prior_logp or standard_normal_logp)(x1) + div_int

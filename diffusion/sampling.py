@@ -22,11 +22,12 @@ def same(x):
 
 
 def ancestral(apply_fn, process, key, shape, constrain=same, clip: bool = True):
-    """Run all T reverse steps from x_{T-1} ~ N(0, I). Returns x0 in [-1, 1] (clip=False: unclipped, for latents,
-    whose values are not bounded; DiT and the LDM sample latents with clip_denoised=False). `constrain` (e.g. a
-    sharding constraint over the batch) is applied to every array of the sample's shape."""
+    """Run all T reverse steps from x_{T-1} ~ the prior (process.prior_sample: N(0, I)). Returns x0 in [-1, 1]
+    (clip=False: unclipped, for latents, whose values are not bounded; DiT and the LDM sample latents with
+    clip_denoised=False). `constrain` (e.g. a sharding constraint over the batch) is applied to every array of the
+    sample's shape."""
     key, k0 = jax.random.split(key)
-    x = constrain(jax.random.normal(k0, shape))
+    x = constrain(process.prior_sample(k0, shape))
     T = process.num_timesteps
 
     def body(x, i):
@@ -50,7 +51,7 @@ def ddim(apply_fn, process, key, shape, num_steps: int, eta: float = 0.0, constr
     ts = ddim_timesteps(T, num_steps)[::-1]
     prev = np.append(ts[1:], T)  # index T holds alpha_bar = 1
     key, k0 = jax.random.split(key)
-    x = constrain(jax.random.normal(k0, shape))
+    x = constrain(process.prior_sample(k0, shape))
     ab_all = jnp.concatenate([alphas_cumprod, jnp.ones((1,), alphas_cumprod.dtype)])
 
     def body(x, inp):

@@ -8,7 +8,7 @@ import os
 import jax
 import pytest
 
-from configs import celebahq_ldm, cifar10_flow, ffhq_dit, imagenet256_sit, imagenet256_uvit
+from configs import celebahq_ldm, cifar10_edm, cifar10_flow, ffhq_dit, imagenet256_sit, imagenet256_uvit
 from training import aot
 from training.setup import build
 
@@ -58,6 +58,23 @@ def test_published_config_has_the_published_model_and_its_step_compiles(
     assert report["flops"] > 1e12 and report["argument_bytes"] > 4 * params // 8  # the state, sharded or not
 
 
+@pytest.mark.parametrize("variant, classes", [("adaptive", 0), ("lognormal,cond", 10)])
+def test_cifar10_edm_has_its_unet_and_its_step_compiles(variant, classes):
+    """configs/cifar10_edm.py (pixels: no data is read to build): the DDPM++-sized UNet's exact parameter count from
+    shapes (its docstring: 53,634,563, + 11 x 512 label rows), EDM's batch, and the train step compiled for 8
+    devices (the adaptive variant's program without the policy update)."""
+    c = cifar10_edm.get_config(variant)
+    setup = build(c)
+    params = 53_634_563 + (11 * 512 if classes else 0)
+    assert sum(x.size for x in jax.tree.leaves(setup.abstract_state.params)) == params
+    assert setup.conditional == bool(classes) and c.train.batch_size == 512 and c.diffusion.name == "edm"
+    if classes:
+        return  # the conditional program differs only by the label rows: compiled once, unconditionally
+    compiled, seconds = aot.compile_step(setup, 1)
+    report = aot.step_report(setup, compiled, seconds)
+    assert report["devices"] == 8 and report["params"] == params and report["flops"] > 1e12
+
+
 @pytest.mark.parametrize("sampler", ["uniform", "adaptive"])
 def test_the_gpu_presets_mnist_config_builds(sampler):
     """benchmarks/device.sh runs configs/mnist_unet.py on a GPU only: it must at least build here (the learned
@@ -68,7 +85,9 @@ def test_the_gpu_presets_mnist_config_builds(sampler):
     assert setup.config.data.image_size == 28 and setup.config.sampler.name == sampler
 
 
-@pytest.mark.parametrize("module", [celebahq_ldm, imagenet256_uvit, ffhq_dit, imagenet256_sit, cifar10_flow])
+@pytest.mark.parametrize(
+    "module", [celebahq_ldm, imagenet256_uvit, ffhq_dit, imagenet256_sit, cifar10_flow, cifar10_edm]
+)
 def test_a_published_config_refuses_an_unknown_variant_in_one_line(module):
     with pytest.raises(ValueError) as e:
         module.get_config("nonsense")
