@@ -27,6 +27,28 @@ class DatasetNotFound(RuntimeError):
     pass
 
 
+class CorruptRecord(RuntimeError):
+    """A record that cannot be read or decoded, named by dataset, split and index (the index in the split, as
+    data/pipeline.py draws them)."""
+
+    def __init__(self, dataset: str, split: str, index: int, why: str):
+        super().__init__(f"config.data.name={dataset!r}, split {split!r}, record {index}: {why}")
+        self.dataset, self.split, self.index = dataset, split, index
+
+
+def read_each(read, indices, dataset: str, split: str, what=lambda i: ""):
+    """[read(i) for i in indices], a failing record raised as CorruptRecord naming it; `what(i)` adds where the
+    record lives (a file)."""
+    out = []
+    for i in np.asarray(indices):
+        try:
+            out.append(read(int(i)))
+        except Exception as e:
+            why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+            raise CorruptRecord(dataset, split, int(i), f"{what(int(i))}{why}") from None
+    return out
+
+
 class ArraySource:
     """In-memory images [N, H, W, C] and, for a labelled dataset, labels [N]."""
 
