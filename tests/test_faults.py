@@ -178,10 +178,14 @@ def write_images(folder, n, bad):
 def test_an_undecodable_image_in_a_folder_is_one_line_naming_the_record(tmp_path):
     """16 images, batch 16: the first step reads every one, and record 11 is not an image."""
     write_images(str(tmp_path / "images"), 16, bad=11)
-    over = {"data.name": "folder", "data.train_dir": str(tmp_path / "images"), "data.image_size": 8}
+    config = tmp_path / "folder_config.py"
+    config.write_text(
+        "from training.schema import default_config\n\n\ndef get_config():\n    return default_config(data='folder')\n"
+    )
+    over = {"data.train_dir": tmp_path / "images", "data.image_size": 8, "data.channels": 1, "data.random_flip": False}
     flags = [*tiny_flags(**{"train.num_steps": 2}), *(f"--config.{k}={v}" for k, v in over.items())]
-    flags += ["--config.data.channels=1", "--config.data.random_flip=False"]
-    r = subprocess.run(main_cmd(f"--workdir={tmp_path}/wd", *flags), capture_output=True, text=True, timeout=300)
+    cmd = [sys.executable, os.path.join(ROOT, "main.py"), f"--config={config}", f"--workdir={tmp_path}/wd", *flags]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     err = [line for line in r.stderr.splitlines() if line.startswith("error:")]
     assert r.returncode == 1 and len(err) == 1 and "Traceback" not in r.stderr, r.stderr[-3000:]
     assert err[0].startswith(f"error: config.data.name='folder', split 'train', record 11: {tmp_path}/images/011.png: ")

@@ -149,12 +149,14 @@ def save(mngr, step: int, state):
 
     verbosity = logging.get_verbosity()
     logging.set_verbosity(logging.FATAL)  # orbax logs each failed write of its threads with a traceback: told below
+    # TensorStore's callbacks of writes still in flight after one failed land on orbax's closed event loop and print
+    # a traceback each; asyncio logs orbax's abandoned tasks with the same error when they are collected.
+    hooks = _ignore_closed_loop_errors()
     try:
         mngr.save(step, args=ocp.args.StandardSave(state), force=True)
         mngr.wait_until_finished()
     except Exception as e:
-        # the same error again from orbax's abandoned write tasks, logged by asyncio when they are collected
-        py_logging.getLogger("asyncio").setLevel(py_logging.CRITICAL)
+        py_logging.getLogger("asyncio").setLevel(py_logging.CRITICAL)  # the write failed: reported below, once
         where = mngr.directory
         done = [s for s in mngr.all_steps() if s != step]
         kept = f"checkpoints {', '.join(map(str, done))} are intact" if done else "no earlier checkpoint exists"
@@ -162,8 +164,28 @@ def save(mngr, step: int, state):
             f"checkpoint {step} could not be written to {where} ({_write_reason(e)}); {free_space(where)} there; "
             f"{kept}. Free some space and run the same command to resume."
         ) from None
-    finally:
-        logging.set_verbosity(verbosity)
+    # A good write: logging and the hooks as they were. After a failed one they stay quiet: orbax's threads and
+    # TensorStore's callbacks go on reporting the same failure for a while.
+    logging.set_verbosity(verbosity)
+    hooks()
+
+
+def _ignore_closed_loop_errors():
+    """Route RuntimeError('Event loop is closed'), raised in threads and callbacks, nowhere, others as before;
+    returns the function that puts the hooks back."""
+    import sys
+    import threading
+
+    closed = lambda e: isinstance(e, RuntimeError) and str(e) == "Event loop is closed"
+    hooks = sys.unraisablehook, sys.excepthook, threading.excepthook
+    sys.unraisablehook = lambda u: None if closed(u.exc_value) else hooks[0](u)
+    sys.excepthook = lambda t, v, tb: None if closed(v) else hooks[1](t, v, tb)
+    threading.excepthook = lambda a: None if closed(a.exc_value) else hooks[2](a)
+
+    def restore():
+        sys.unraisablehook, sys.excepthook, threading.excepthook = hooks
+
+    return restore
 
 
 def _write_reason(e: BaseException) -> str:
