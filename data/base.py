@@ -16,6 +16,8 @@ from core.registry import FLAT, Registry
 
 COMMON = dict(
     data_dir=Path("", mutable=True),  # tensorflow-datasets folder for everything but the embedded digits
+    # processes that read, decode and flip the batches (data/pipeline.py); 0: this process, on one prefetch thread
+    workers=Int(0, 0, mutable=True),
     image_size=Int(8, 1),
     channels=Int(1, 1),
 )
@@ -33,7 +35,10 @@ class CorruptRecord(RuntimeError):
 
     def __init__(self, dataset: str, split: str, index: int, why: str):
         super().__init__(f"config.data.name={dataset!r}, split {split!r}, record {index}: {why}")
-        self.dataset, self.split, self.index = dataset, split, index
+        self.dataset, self.split, self.index, self.why = dataset, split, index, why
+
+    def __reduce__(self):  # raised in a loader worker process, re-raised in the main one
+        return CorruptRecord, (self.dataset, self.split, self.index, self.why)
 
 
 def read_each(read, indices, dataset: str, split: str, what=lambda i: ""):

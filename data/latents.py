@@ -90,11 +90,15 @@ class LatentSource:
     flips_itself = True
 
     def __init__(self, path: str, split: str):
+        self.path, self.split = path, split
         self.x = np.load(os.path.join(path, f"{split}.npy"), mmap_mode="r")
         flipped = os.path.join(path, f"{split}_flipped.npy")
         self.x_flipped = np.load(flipped, mmap_mode="r") if os.path.isfile(flipped) else None
         labels = os.path.join(path, f"{split}_labels.npy")
         self.y = np.load(labels) if os.path.isfile(labels) else None
+
+    def __reduce__(self):  # a loader worker maps the files again rather than receiving their contents
+        return LatentSource, (self.path, self.split)
 
     def __len__(self):
         return len(self.x)

@@ -13,6 +13,7 @@ class TfdsSource:
     def __init__(self, name: str, tfds_name: str, key: str, split: str, data_dir: str, label_key="", shape=None):
         import tensorflow_datasets as tfds
 
+        self.args = (name, tfds_name, key, split, data_dir, label_key, shape)  # to open it again in a loader worker
         self.name, self.split, self.shape = name, split, tuple(shape) if shape else None
 
         if name == "digits_tfds":
@@ -27,6 +28,9 @@ class TfdsSource:
                 f"(needs `pip install tensorflow`), then copy that folder here."
             )
         self.source = tfds.data_source(tfds_name, split=split, data_dir=data_dir or None)
+
+    def __reduce__(self):
+        return TfdsSource, self.args
 
     def __len__(self):
         return len(self.source)

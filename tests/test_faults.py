@@ -245,3 +245,21 @@ def test_a_latent_config_compiles_before_its_latents_exist(capsys):
     )
     assert out[1].startswith("train step (every step): uniform sampler, batch 16,") and "FLOPs per step" in out[-1]
     assert not os.path.exists(missing)
+
+
+def test_a_corrupt_record_read_in_a_loader_worker_is_raised_in_the_main_process(tmp_path, tiny):
+    from data import CorruptRecord
+    from data.folder import FolderSource
+    from data.pipeline import BatchIterator
+    from training.mesh import batch_sharding, make_mesh
+
+    write_images(str(tmp_path / "images"), 16, bad=11)
+    src = FolderSource(str(tmp_path / "images"), 8, 1, False, 0, "train")
+    it = BatchIterator(src, 0, 16, batch_sharding(make_mesh(tiny().mesh)), workers=1)
+    try:
+        with pytest.raises(CorruptRecord) as e:
+            next(it)  # step 0 reads all 16
+    finally:
+        it.close()
+    assert (e.value.dataset, e.value.split, e.value.index) == ("folder", "train", 11)
+    assert str(e.value).startswith(f"config.data.name='folder', split 'train', record 11: {tmp_path}/images/011.png")

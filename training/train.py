@@ -194,6 +194,7 @@ class Loop:
             start_step=start,
             random_flip=c.data.random_flip,
             labels=self.setup.conditional,
+            workers=c.data.workers,
         )
         self.writer = report.MetricWriter(self.workdir, enabled=self.is_main)
         from tqdm import tqdm
