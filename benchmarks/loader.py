@@ -186,6 +186,7 @@ def step_flops(name: str):
 
     module, _, variant = CONSUMERS[name].partition(":")
     base = importlib.import_module(f"configs.{module[:-3]}").get_config(variant)
+    B = base.train.batch_size  # the published batch (override below changes `base` in place)
     flops = []
     small = (2, 4) if base.model.name != "unet" or base.data.image_size > 32 else (4, 8)
     for b in small:
@@ -195,7 +196,6 @@ def step_flops(name: str):
             r = aot.step_report(setup, *aot.compile_step(setup))
         flops.append(r["flops"] * r["devices"])  # per step, all devices
     per_image = (flops[1] - flops[0]) / (small[1] - small[0])
-    B = base.train.batch_size
     return B, flops[0] + per_image * (B - small[0]), base.model.dtype
 
 
@@ -223,7 +223,7 @@ def main():
         loader={},
     )
     workers = [int(w) for w in args.workers.split(",")]
-    for name in args.datasets.split(","):
+    for name in [n for n in args.datasets.split(",") if n]:
         src = source(name, args)
         for w in workers:
             rate = images_per_second(src, w, args)
