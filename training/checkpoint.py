@@ -5,7 +5,14 @@ The workdir keeps `run_config.json`: the fields that define a run, i.e. every fi
 A later run in the same workdir may change anything else (steps, learning rate, logging, mesh), but a run that
 differs in a defining field stops with the list of differences instead of restoring checkpoints it cannot use.
 A field added to the project after a workdir was written is absent from its run_config.json and taken to have had
-its default.
+its default. A workdir that holds checkpoints but no run_config.json is refused: the config that wrote them is
+unknown, and re-creating the file from today's config would vouch for it.
+
+Faults lose nothing that was written: a checkpoint whose files cannot be read (truncated, missing, invalid: what a
+write cut off by a full disk or a copy that stopped leaves) is named in one line with the reason, moved to
+<workdir>/checkpoints_damaged/ and the run resumes from the newest readable one below it (restore_newest_readable).
+A write that fails (a full disk) is one line naming the folder and its free space; orbax writes into a temporary
+folder and renames it when complete, so the checkpoints before it stay intact and the next run resumes from them.
 """
 
 import json
