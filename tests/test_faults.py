@@ -263,3 +263,40 @@ def test_a_corrupt_record_read_in_a_loader_worker_is_raised_in_the_main_process(
         it.close()
     assert (e.value.dataset, e.value.split, e.value.index) == ("folder", "train", 11)
     assert str(e.value).startswith(f"config.data.name='folder', split 'train', record 11: {tmp_path}/images/011.png")
+
+
+@pytest.mark.skipif(os.uname().machine not in ("x86_64", "aarch64"), reason="recvfrom's syscall number is per arch")
+def test_a_stop_signal_landing_on_another_thread_does_not_fail_its_blocking_c_call():
+    """The kernel may deliver SIGTERM to any thread, e.g. one of gloo's in recv(). Here a thread blocks in libc's
+    recv (a C call: Python's retry on EINTR, PEP 475, does not cover it), the signal is sent to that thread while it
+    waits there, and the call goes on to return the byte sent after (SA_RESTART), while the run's stop flag is set."""
+    import ctypes
+    import signal
+    import socket
+    import threading
+
+    from training.preemption import StopRequest
+
+    recvfrom = {"x86_64": 45, "aarch64": 207}[os.uname().machine]
+    libc = ctypes.CDLL(None, use_errno=True)
+    a, b = socket.socketpair()
+    out = {}
+
+    def reader():
+        out["tid"] = threading.get_native_id()
+        buf = ctypes.create_string_buffer(1)
+        out["n"] = libc.recv(a.fileno(), buf, 1, 0)
+        out["errno"] = ctypes.get_errno()
+
+    with StopRequest() as stop:
+        t = threading.Thread(target=reader)
+        t.start()
+        while "tid" not in out or not open(f"/proc/self/task/{out['tid']}/syscall").read().startswith(f"{recvfrom} "):
+            pass  # until the thread is inside recv (no clock involved)
+        signal.pthread_kill(t.ident, signal.SIGTERM)
+        b.send(b"x")
+        t.join(60)
+        assert stop.requested(1) and stop.name == "SIGTERM"
+    a.close()
+    b.close()
+    assert out["n"] == 1, f"recv failed with errno {out['errno']} (EINTR is {__import__('errno').EINTR})"
