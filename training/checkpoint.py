@@ -159,11 +159,13 @@ def save(mngr, step: int, state):
     # TensorStore's callbacks of writes still in flight after one failed land on orbax's closed event loop and print
     # a traceback each; asyncio logs orbax's abandoned tasks with the same error when they are collected.
     hooks = _ignore_closed_loop_errors()
+    aio = py_logging.getLogger("asyncio")
+    aio_level = aio.level
+    aio.setLevel(py_logging.CRITICAL)
     try:
         mngr.save(step, args=ocp.args.StandardSave(state), force=True)
         mngr.wait_until_finished()
-    except Exception as e:
-        py_logging.getLogger("asyncio").setLevel(py_logging.CRITICAL)  # the write failed: reported below, once
+    except Exception as e:  # the write failed: reported here, once
         where = mngr.directory
         done = [s for s in mngr.all_steps() if s != step]
         kept = f"checkpoints {', '.join(map(str, done))} are intact" if done else "no earlier checkpoint exists"
@@ -174,6 +176,7 @@ def save(mngr, step: int, state):
     # A good write: logging and the hooks as they were. After a failed one they stay quiet: orbax's threads and
     # TensorStore's callbacks go on reporting the same failure for a while.
     logging.set_verbosity(verbosity)
+    aio.setLevel(aio_level)
     hooks()
 
 
