@@ -7,8 +7,10 @@ python main.py --mode=compile --config=configs/cifar10.py     # memory and FLOPs
 import os
 import sys
 
-from absl import app, flags, logging
+from absl import flags, logging
 from ml_collections import config_flags
+
+from core import cli
 
 config_flags.DEFINE_config_file(
     "config", "configs/default.py", "Experiment config (a configs/*.py file).", lock_config=True
@@ -39,13 +41,18 @@ SWITCHES = []
 
 def main(argv):
     del argv
+    from contextlib import nullcontext
+
+    from data.latents import planned_latents
     from training.platform import configure_cpu_devices
     from training.validate import ConfigError, apply_switches, check_fields, check_values
 
     try:  # names, types and ranges first: a bad value must not be used to set up the devices
         apply_switches(FLAGS.config, SWITCHES)
         check_fields(FLAGS.config)
-        check_values(FLAGS.config)
+        # a compile reads no data: a latent config is checked against the latents it describes (compile_report)
+        with planned_latents(FLAGS.config) if FLAGS.mode == "compile" else nullcontext((FLAGS.config, "")) as (c, _):
+            check_values(c)
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -67,8 +74,8 @@ def main(argv):
 def run(config, workdir, mode: str = "train") -> int:
     """What main.py does once flags are parsed and JAX is set up, callable in-process (a notebook, a test): train,
     eval or compile. Bad input is one line on stderr and exit status 2; divergence is status 1."""
-    from data import DatasetNotFound
-    from training.checkpoint import WorkdirMismatch
+    from data import CorruptRecord, DatasetNotFound
+    from training.checkpoint import CheckpointUnreadable, CheckpointWriteFailed, WorkdirMismatch
     from training.train import TrainingDiverged, train
     from training.validate import ConfigError
 
@@ -78,10 +85,8 @@ def run(config, workdir, mode: str = "train") -> int:
     try:
         if mode == "compile":
             from training import aot
-            from training.setup import build
 
-            setup = build(config)
-            print(aot.report_all(setup), flush=True)
+            print(aot.compile_report(config), flush=True)
         elif mode == "eval":
             from training.evaluate import evaluate
 
@@ -104,6 +109,9 @@ def run(config, workdir, mode: str = "train") -> int:
         return 2
     except TrainingDiverged as e:
         print(f"error: training diverged at {e}", file=sys.stderr)
+        return 1
+    except (CheckpointUnreadable, CheckpointWriteFailed, CorruptRecord) as e:
+        print(f"error: {e}", file=sys.stderr)
         return 1
     return 0
 
@@ -160,7 +168,7 @@ def check_overrides_then_run():
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
-    app.run(lambda argv: sys.exit(main(argv)))
+    cli.run(lambda argv: sys.exit(main(argv)))
 
 
 if __name__ == "__main__":

@@ -68,6 +68,7 @@ def parse_variant(variant: str) -> str:
 
 def get_config(variant: str = ""):
     c = latent_config("dit", (parse_variant(variant), "none"), (32, 32, 4))
+    c.data.num_classes = 1000  # ImageNet's classes (checked against the encoded latents)
     c.data.random_flip = True  # SiT flips each image (RandomHorizontalFlip); encode_latents --flip=yes
     m = c.model
     m.size, m.patch_size, m.class_cond, m.label_dropout, m.dtype = "B", 2, True, 0.1, "bfloat16"

@@ -30,6 +30,7 @@ VARIANTS = ("min_snr", "adaptive", "adaptive+min_snr", "uniform")
 
 def get_config(variant: str = ""):
     c = latent_config("uvit", parse_method("imagenet256_uvit.py", variant, VARIANTS, "adaptive+min_snr"), (32, 32, 4))
+    c.data.num_classes = 1000  # ImageNet's classes (checked against the encoded latents)
     c.data.random_flip = True  # U-ViT encodes each image and its mirror (encode_latents --flip=yes)
     m = c.model
     m.size, m.patch_size, m.qkv_bias, m.mlp_time_embed, m.conv = "L", 2, False, False, True

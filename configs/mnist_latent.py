@@ -33,6 +33,7 @@ def get_config(variant: str = "dit"):
     c.model.patch_size = 1  # 49 tokens
     c.model.hidden_size, c.model.depth, c.model.num_heads = (96, 4, 4) if model == "dit" else (96, 5, 4)
     c.model.class_cond = True
+    c.data.num_classes = 10  # the digits (checked against the encoded latents)
     c.model.label_dropout = 0.1
     if model == "dit":
         c.diffusion.variance = "learned_range"  # DiT: learn_sigma with the hybrid loss

@@ -16,6 +16,8 @@ from core.registry import FLAT, Registry
 
 COMMON = dict(
     data_dir=Path("", mutable=True),  # tensorflow-datasets folder for everything but the embedded digits
+    # processes that read, decode and flip the batches (data/pipeline.py); 0: this process, on one prefetch thread
+    workers=Int(0, 0, mutable=True),
     image_size=Int(8, 1),
     channels=Int(1, 1),
 )
@@ -25,6 +27,31 @@ DATASETS = Registry("data", FLAT, common=COMMON)
 
 class DatasetNotFound(RuntimeError):
     pass
+
+
+class CorruptRecord(RuntimeError):
+    """A record that cannot be read or decoded, named by dataset, split and index (the index in the split, as
+    data/pipeline.py draws them)."""
+
+    def __init__(self, dataset: str, split: str, index: int, why: str):
+        super().__init__(f"config.data.name={dataset!r}, split {split!r}, record {index}: {why}")
+        self.dataset, self.split, self.index, self.why = dataset, split, index, why
+
+    def __reduce__(self):  # raised in a loader worker process, re-raised in the main one
+        return CorruptRecord, (self.dataset, self.split, self.index, self.why)
+
+
+def read_each(read, indices, dataset: str, split: str, what=lambda i: ""):
+    """[read(i) for i in indices], a failing record raised as CorruptRecord naming it; `what(i)` adds where the
+    record lives (a file)."""
+    out = []
+    for i in np.asarray(indices):
+        try:
+            out.append(read(int(i)))
+        except Exception as e:
+            why = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:200]}"
+            raise CorruptRecord(dataset, split, int(i), f"{what(int(i))}{why}") from None
+    return out
 
 
 class ArraySource:

@@ -24,7 +24,7 @@ import os
 import sys
 
 import numpy as np
-from absl import app, flags
+from absl import flags
 
 from data.base import DATASETS, dataset_classes, load_split
 from data.latents import META
@@ -208,5 +208,7 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    from core import cli
+
     _define_flags()
-    app.run(main)
+    cli.run(main)

@@ -16,7 +16,7 @@ import os
 import numpy as np
 
 from core.fields import Bool, FieldError, Int, Path
-from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields
+from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields, read_each
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")
 
@@ -42,7 +42,8 @@ def list_images(root: str):
 
 
 class FolderSource:
-    def __init__(self, root: str, size: int, channels: int, class_folders: bool, num_classes: int):
+    def __init__(self, root: str, size: int, channels: int, class_folders: bool, num_classes: int, split="train"):
+        self.split = split
         root = os.path.expanduser(root)
         if not root or not os.path.isdir(root):
             raise DatasetNotFound(f"config.data.train_dir / test_dir={root!r}: no such folder of images")
@@ -63,15 +64,16 @@ class FolderSource:
     def __len__(self):
         return len(self.files)
 
-    def get(self, indices):
+    def read(self, i: int) -> np.ndarray:
         from PIL import Image
 
-        out = []
-        for i in np.asarray(indices):
-            with Image.open(self.files[int(i)]) as im:
-                a = center_crop_arr(im.convert(self.mode), self.size)
-            out.append(a[..., None] if a.ndim == 2 else a)
-        return np.stack(out).astype(np.uint8)
+        with Image.open(self.files[i]) as im:
+            a = center_crop_arr(im.convert(self.mode), self.size)
+        return a[..., None] if a.ndim == 2 else a
+
+    def get(self, indices):
+        where = lambda i: f"{self.files[i]}: "
+        return np.stack(read_each(self.read, indices, "folder", self.split, where)).astype(np.uint8)
 
     def get_labelled(self, indices):
         return self.get(indices), self.classes[np.asarray(indices)]
@@ -106,4 +108,4 @@ class Folder(Dataset):
     @classmethod
     def load(cls, cfg, split):
         root = cfg.test_dir if split == "test" and cfg.test_dir else cfg.train_dir
-        return FolderSource(root, cfg.image_size, cfg.channels, cfg.class_folders, cfg.num_classes)
+        return FolderSource(root, cfg.image_size, cfg.channels, cfg.class_folders, cfg.num_classes, split)

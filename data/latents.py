@@ -12,12 +12,14 @@ position) and takes the flipped copy's latent. Samples, grids and FID decode thr
 (`data.autoencoder`, default: the one meta.json names); the bound is in latent space and labelled so.
 """
 
+import contextlib
 import json
 import os
+import tempfile
 
 import numpy as np
 
-from core.fields import FieldError, Path
+from core.fields import FieldError, Int, Path
 from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields
 
 META = "meta.json"
@@ -42,17 +44,61 @@ def read_meta(path: str) -> dict:
     return meta
 
 
+def planned_meta(cfg) -> dict:
+    """The meta.json of the latents `cfg` (config.data) describes, before they are encoded: image_size x image_size x
+    channels, num_classes classes (0 when -1), flipped copies as random_flip asks. --mode=compile uses it to compile
+    the step before `python -m data.encode_latents` has run; no rows."""
+    splits = {s: dict(rows=0, done=0, complete=True) for s in ("train", "test")}
+    return dict(
+        source=dict(name="planned"),
+        autoencoder=cfg.autoencoder or "embedded:planned",  # loaded only to decode samples: never by a compile
+        kind="planned",
+        latent_shape=[cfg.image_size, cfg.image_size, cfg.channels],
+        num_classes=max(cfg.num_classes, 0),
+        flipped=bool(cfg.random_flip),
+        splits=splits,
+    )
+
+
+@contextlib.contextmanager
+def planned_latents(config):
+    """(config, note): for a latent config whose latents are not encoded yet (no meta.json at config.data.path), a
+    copy of it reading a temporary folder that holds planned_meta, and a one-line note of what was assumed; else
+    (config, ""). For --mode=compile, which reads no data."""
+    d = config.data
+    if d.name != "latents" or os.path.isfile(os.path.join(os.path.expanduser(d.path), META)):
+        yield config, ""
+        return
+    meta = planned_meta(d)
+    h, w, ch = meta["latent_shape"]
+    note = (
+        f"assumed: no latents at config.data.path={d.path!r} yet (no meta.json), so the step is compiled for "
+        f"{h}x{w}x{ch} float32 latents (config.data.image_size, config.data.channels) with {meta['num_classes']} "
+        f"classes (config.data.num_classes), batch [{config.train.batch_size}, {h}, {w}, {ch}]"
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        with open(os.path.join(folder, META), "w") as f:
+            json.dump(meta, f)
+        c = config.copy_and_resolve_references()
+        c.data.path = folder
+        yield c, note
+
+
 class LatentSource:
     """Random access to one split's latents (memory-mapped), their flipped copies and labels."""
 
     flips_itself = True
 
     def __init__(self, path: str, split: str):
+        self.path, self.split = path, split
         self.x = np.load(os.path.join(path, f"{split}.npy"), mmap_mode="r")
         flipped = os.path.join(path, f"{split}_flipped.npy")
         self.x_flipped = np.load(flipped, mmap_mode="r") if os.path.isfile(flipped) else None
         labels = os.path.join(path, f"{split}_labels.npy")
         self.y = np.load(labels) if os.path.isfile(labels) else None
+
+    def __reduce__(self):  # a loader worker maps the files again rather than receiving their contents
+        return LatentSource, (self.path, self.split)
 
     def __len__(self):
         return len(self.x)
@@ -84,6 +130,9 @@ class Latents(Dataset):
         path=Path("", mutable=True),  # the folder written by python -m data.encode_latents
         # the diffusers autoencoder that decodes samples ("": the one meta.json names; "embedded:mnist" the project's)
         autoencoder=Path("", mutable=True),
+        # the latents' class count: -1 takes meta.json's; a count is checked against it, and is what --mode=compile
+        # assumes before the latents are encoded (planned_meta)
+        num_classes=Int(-1, 0, extra=(-1,), mutable=True),
         **flip_fields(False),
     )
     COMMON_DEFAULTS = {}
@@ -122,6 +171,10 @@ class Latents(Dataset):
                     f"{ae!r} has {channels} latent channels; the latents were encoded with "
                     f"{meta['latent_shape'][2]} (by {meta['autoencoder']!r})",
                 )
+        if cfg.num_classes >= 0 and cfg.num_classes != meta.get("num_classes", 0):
+            raise FieldError(
+                "num_classes", cfg.num_classes, f"the latents in {cfg.path} have {meta.get('num_classes', 0)} classes"
+            )
         if cfg.random_flip and not meta.get("flipped"):
             raise FieldError("random_flip", True, f"the latents in {cfg.path} were encoded without flipped copies")
 

@@ -4,14 +4,17 @@ command that prepares it."""
 
 import numpy as np
 
-from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields
+from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields, read_each
 
 
 class TfdsSource:
     """tfds random-access source; reads only the records asked for (each process its own shard)."""
 
-    def __init__(self, name: str, tfds_name: str, key: str, split: str, data_dir: str, label_key: str = ""):
+    def __init__(self, name: str, tfds_name: str, key: str, split: str, data_dir: str, label_key="", shape=None):
         import tensorflow_datasets as tfds
+
+        self.args = (name, tfds_name, key, split, data_dir, label_key, shape)  # to open it again in a loader worker
+        self.name, self.split, self.shape = name, split, tuple(shape) if shape else None
 
         if name == "digits_tfds":
             from data import digits_builder  # noqa: F401  registers the builder
@@ -26,13 +29,29 @@ class TfdsSource:
             )
         self.source = tfds.data_source(tfds_name, split=split, data_dir=data_dir or None)
 
+    def __reduce__(self):
+        return TfdsSource, self.args
+
     def __len__(self):
         return len(self.source)
 
     def _records(self, indices):
-        if hasattr(self.source, "__getitems__"):
-            return self.source.__getitems__(list(map(int, indices)))
-        return [self.source[int(i)] for i in indices]
+        """The decoded records; a corrupt one (a damaged array_record chunk, a record that does not decode) is
+        CorruptRecord naming its index, found by reading the records one by one once the batched read failed."""
+        try:
+            if hasattr(self.source, "__getitems__"):
+                records = self.source.__getitems__(list(map(int, indices)))
+            else:
+                records = [self.source[int(i)] for i in indices]
+            return [self._check(r) for r in records]
+        except Exception:
+            return read_each(lambda i: self._check(self.source[i]), indices, self.name, self.split)
+
+    def _check(self, record):
+        image = np.asarray(record[self.key])
+        if self.shape is not None and image.shape != self.shape:
+            raise ValueError(f"its {self.key!r} has shape {image.shape}, the dataset's images are {self.shape}")
+        return record
 
     def get(self, indices):
         return np.stack([np.asarray(r[self.key]) for r in self._records(indices)]).astype(np.uint8)
@@ -48,7 +67,7 @@ class TfdsDataset(Dataset):
 
     @classmethod
     def load(cls, cfg, split):
-        return TfdsSource(cls.name, cls.tfds_name, cls.image_key, split, cfg.data_dir, cls.label_key)
+        return TfdsSource(cls.name, cls.tfds_name, cls.image_key, split, cfg.data_dir, cls.label_key, cls.shape)
 
 
 def tfds_dataset(name: str, tfds_name: str, shape, flip: bool, num_classes: int = 0, label_key: str = "label"):

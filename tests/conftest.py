@@ -12,6 +12,12 @@ os.environ["XLA_FLAGS"] = " ".join(
         # LLVM's optimisation of the (partitionable) threefry PRNG dominates compile time on CPU: 8 s for ten
         # random draws at the default level, under 1 s at level 0. Tests compile many small programs and run few steps.
         "--xla_backend_optimization_level=0",
+        # XLA CPU aborts the process (SIGABRT) when a device's thread reaches a collective more than 40 s after the
+        # others (rendezvous termination timeout, openxla/xla#32115): with 8 device threads per process on 2 cores
+        # and another test process compiling, a thread can be kept off the CPU that long. A deadlock still ends, in
+        # 10 minutes; tests/test_xla_cpu.py shows the abort itself. Subprocesses inherit these flags.
+        "--xla_cpu_collective_call_warn_stuck_timeout_seconds=120",
+        "--xla_cpu_collective_call_terminate_timeout_seconds=600",
     ]
 )
 os.environ.setdefault("JAX_PLATFORMS", "cpu")

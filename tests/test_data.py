@@ -76,3 +76,19 @@ def test_random_flips_are_a_pure_function_of_seed_and_step_and_resume_exactly(ti
         False,
     ]
     assert (DATASETS.default_config("cifar10").image_size, DATASETS.default_config("cifar10").channels) == (32, 3)
+
+
+def test_the_epoch_order_is_todays_formula_with_each_permutation_computed_once(monkeypatch):
+    """The order is default_rng([seed, e]).permutation(N) epoch after epoch (the loader before Grain, bit for bit);
+    a run of steps draws each epoch's permutation once, not once per step."""
+    from data.pipeline import EpochOrder
+
+    n, B, seed = 10, 4, 3
+    want = np.concatenate([np.random.default_rng([seed, e]).permutation(n) for e in range(3)])
+    calls = []
+    real = np.random.default_rng
+    monkeypatch.setattr(np.random, "default_rng", lambda s: calls.append(tuple(s)) or real(s))
+    order = EpochOrder(seed, n)
+    got = np.concatenate([order.batch(s, B) for s in range(7)])  # 28 positions: epochs 0, 1, 2
+    np.testing.assert_array_equal(got, want[:28])
+    assert calls == [(seed, 0), (seed, 1), (seed, 2)]

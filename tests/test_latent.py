@@ -121,10 +121,6 @@ def latent_config(out, ae_dir, steps):
             "eval.num_samples": 4,
             "eval.fid.features": "none",
             "diagnostics.t_bins": 10,
-            # one device: the pipeline is under test here (device counts agree in test_conditional.py). With 8 fake
-            # devices this run's update step aborted the worker now and then under the suite's load (SIGABRT, no
-            # message), which fits XLA CPU's collective rendezvous timing out while the other worker compiles
-            "mesh.data": 1,
         },
     )
 

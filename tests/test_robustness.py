@@ -138,7 +138,11 @@ def test_an_unknown_override_is_one_line_with_the_nearest_field(tmp_path, flag, 
 def test_checkpoint_of_a_different_model_is_a_clear_error(tmp_path, finished_run):
     wd = str(tmp_path / "other")
     shutil.copytree(finished_run[0], wd)  # checkpoint 4 of the tiny default
-    os.remove(os.path.join(wd, "run_config.json"))  # without the guard file, restore itself must say it
+    guard = os.path.join(wd, "run_config.json")  # made to agree with the new config: restore itself must say it
+    ident = json.load(open(guard))
+    ident["model"]["ch"] = 16
+    with open(guard, "w") as f:
+        json.dump(ident, f)
     r = run(wd, steps=8, **{"model.ch": 16})
     assert r.returncode == 2
     err = r.stderr.strip().splitlines()

@@ -35,6 +35,17 @@ def loop_programs(setup):
     return [(f"steps with the sampler's periodic update (1 in {period})", 0), ("the other steps", 1)]
 
 
+def compile_report(config) -> str:
+    """--mode=compile: build and compile the config's step and report it. A latent config whose latents are not
+    encoded yet is compiled for the latents it describes (data/latents.py planned_latents), and the report's first
+    line says what was assumed."""
+    from data.latents import planned_latents
+    from training.setup import build
+
+    with planned_latents(config) as (c, note):
+        return (f"{note}\n" if note else "") + report_all(build(c))
+
+
 def report_all(setup) -> str:
     """The compile report of every program the loop runs."""
     parts = []

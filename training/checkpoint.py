@@ -5,12 +5,20 @@ The workdir keeps `run_config.json`: the fields that define a run, i.e. every fi
 A later run in the same workdir may change anything else (steps, learning rate, logging, mesh), but a run that
 differs in a defining field stops with the list of differences instead of restoring checkpoints it cannot use.
 A field added to the project after a workdir was written is absent from its run_config.json and taken to have had
-its default.
+its default. A workdir that holds checkpoints but no run_config.json is refused: the config that wrote them is
+unknown, and re-creating the file from today's config would vouch for it.
+
+Faults lose nothing that was written: a checkpoint whose files cannot be read (truncated, missing, invalid: what a
+write cut off by a full disk or a copy that stopped leaves) is named in one line with the reason, moved to
+<workdir>/checkpoints_damaged/ and the run resumes from the newest readable one below it (restore_newest_readable).
+A write that fails (a full disk) is one line naming the folder and its free space; orbax writes into a temporary
+folder and renames it when complete, so the checkpoints before it stay intact and the next run resumes from them.
 """
 
 import json
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
@@ -41,6 +49,14 @@ def run_identity(config) -> dict:
     return out
 
 
+def checkpoint_steps(workdir: str) -> list:
+    """The steps of the checkpoints (complete or not) in <workdir>/checkpoints, ascending."""
+    folder = epath.Path(workdir) / "checkpoints"
+    if not folder.is_dir():
+        return []
+    return sorted({int(p.name.split(".")[0]) for p in folder.iterdir() if p.name.split(".")[0].isdigit()})
+
+
 def check_run_identity(config, workdir: str):
     """Write run_config.json on the first run; on later runs raise WorkdirMismatch if a defining field differs."""
     path = epath.Path(workdir) / "run_config.json"
@@ -62,6 +78,11 @@ def check_run_identity(config, workdir: str):
                 f"--workdir={workdir} holds checkpoints of a different run ({shown}). "
                 f"Use a new --workdir, or the workdir's config."
             )
+    elif steps := checkpoint_steps(workdir):
+        raise WorkdirMismatch(
+            f"--workdir={workdir} holds checkpoints {', '.join(map(str, steps))} but no run_config.json, the record "
+            f"of the config that wrote them: put it back (a copy of the run's config), or use a new --workdir"
+        )
     elif jax.process_index() == 0:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.parent / (path.name + ".tmp")  # a kill mid-write must not leave a truncated file behind
@@ -108,9 +129,86 @@ def make_manager(config, workdir: str) -> ocp.CheckpointManager:
     )
 
 
+class CheckpointWriteFailed(RuntimeError):
+    pass
+
+
+def free_space(path) -> str:
+    """'X MiB free of Y MiB' on the file system of `path` (a local path, or its nearest existing parent)."""
+    import os
+    import shutil
+
+    path = str(path)
+    while "://" not in path and not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    try:
+        u = shutil.disk_usage(path)
+    except OSError:
+        return "free space unknown"
+    return f"{u.free / 2**20:.1f} MiB free of {u.total / 2**20:.1f} MiB"
+
+
 def save(mngr, step: int, state):
-    mngr.save(step, args=ocp.args.StandardSave(state), force=True)
-    mngr.wait_until_finished()
+    """Write checkpoint `step`; a failed write (a full disk, a file size limit) is CheckpointWriteFailed in one line
+    naming the folder and its free space. Orbax writes into a temporary folder and renames it when complete, so
+    the earlier checkpoints are untouched and the partial one is removed when the next run starts."""
+    import logging as py_logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(logging.FATAL)  # orbax logs each failed write of its threads with a traceback: told below
+    # TensorStore's callbacks of writes still in flight after one failed land on orbax's closed event loop and print
+    # a traceback each; asyncio logs orbax's abandoned tasks with the same error when they are collected.
+    hooks = _ignore_closed_loop_errors()
+    aio = py_logging.getLogger("asyncio")
+    aio_level = aio.level
+    aio.setLevel(py_logging.CRITICAL)
+    try:
+        mngr.save(step, args=ocp.args.StandardSave(state), force=True)
+        mngr.wait_until_finished()
+    except Exception as e:  # the write failed: reported here, once
+        where = mngr.directory
+        done = [s for s in mngr.all_steps() if s != step]
+        kept = f"checkpoints {', '.join(map(str, done))} are intact" if done else "no earlier checkpoint exists"
+        raise CheckpointWriteFailed(
+            f"checkpoint {step} could not be written to {where} ({_write_reason(e)}); {free_space(where)} there; "
+            f"{kept}. Free some space and run the same command to resume."
+        ) from None
+    # A good write: logging and the hooks as they were. After a failed one they stay quiet: orbax's threads and
+    # TensorStore's callbacks go on reporting the same failure for a while.
+    logging.set_verbosity(verbosity)
+    aio.setLevel(aio_level)
+    hooks()
+
+
+def _ignore_closed_loop_errors():
+    """Route RuntimeError('Event loop is closed'), raised in threads and callbacks, nowhere, others as before;
+    returns the function that puts the hooks back."""
+    import sys
+    import threading
+
+    closed = lambda e: isinstance(e, RuntimeError) and str(e) == "Event loop is closed"
+    hooks = sys.unraisablehook, sys.excepthook, threading.excepthook
+    sys.unraisablehook = lambda u: None if closed(u.exc_value) else hooks[0](u)
+    sys.excepthook = lambda t, v, tb: None if closed(v) else hooks[1](t, v, tb)
+    threading.excepthook = lambda a: None if closed(a.exc_value) else hooks[2](a)
+
+    def restore():
+        sys.unraisablehook, sys.excepthook, threading.excepthook = hooks
+
+    return restore
+
+
+def _write_reason(e: BaseException) -> str:
+    """The OS error and the file of a failed TensorStore write, else _reason."""
+    import os
+    import re
+
+    text = "".join(str(x) for x in (e, e.__cause__, e.__context__) if x is not None)
+    code = re.search(r"os_error_code='(\d+)'", text)
+    if code is None:
+        return _reason(e)
+    file = re.search(r'Failed writing: "([^"]+)"', text)
+    return os.strerror(int(code.group(1))) + (f" writing {file.group(1)}" if file else "")
 
 
 def _leaves(tree):
@@ -128,13 +226,10 @@ def _leaves(tree):
     }
 
 
-def check_fits(mngr, step: int, abstract_state, workdir: str):
-    """Compare the checkpoint's stored shapes with this config's train state before restoring (a failed orbax
-    restore raises deep inside its async machinery)."""
-    meta = mngr.item_metadata(step)
+def check_fits(meta, step: int, abstract_state, workdir: str):
+    """Compare a checkpoint's stored shapes (its orbax item metadata) with this config's train
+    state before restoring (a failed orbax restore raises deep inside its async machinery)."""
     meta = getattr(meta, "item_metadata", meta)
-    if meta is None:
-        return
     stored, wanted = _leaves(meta), _leaves(abstract_state)
     for path in sorted(set(stored) | set(wanted)):
         have, need = stored.get(path), wanted.get(path)
@@ -152,17 +247,82 @@ def check_fits(mngr, step: int, abstract_state, workdir: str):
             )
 
 
+class CheckpointUnreadable(RuntimeError):
+    """A checkpoint whose files cannot be read (truncated, missing, invalid): `step`, and `reason` in one line."""
+
+    def __init__(self, step: int, reason: str):
+        super().__init__(f"checkpoint {step} is unreadable: {reason}")
+        self.step, self.reason = step, reason
+
+
+def _reason(e: BaseException) -> str:
+    """One line of why an orbax / TensorStore read failed: the innermost error's first line (orbax wraps
+    TensorStore's, which names the file)."""
+    while (e.__cause__ or e.__context__) is not None and str(e.__cause__ or e.__context__):
+        e = e.__cause__ or e.__context__
+    line = (str(e).strip().splitlines() or [""])[0].split(" [tensorstore_spec=")[0]
+    return f"{type(e).__name__}: {line[:300]}"
+
+
 def restore(mngr, step: int, abstract_state, workdir: str):
-    """Restore into `abstract_state` (ShapeDtypeStructs with shardings); a checkpoint of another shape is a clear
-    error."""
-    check_fits(mngr, step, abstract_state, workdir)
+    """Restore checkpoint `step` into `abstract_state` (ShapeDtypeStructs with shardings). WorkdirMismatch if it
+    holds another train state; CheckpointUnreadable if its files cannot be read."""
+    try:
+        meta = mngr.item_metadata(step)
+    except Exception as e:  # its metadata files are truncated or missing
+        raise CheckpointUnreadable(step, _reason(e)) from None
+    if getattr(meta, "item_metadata", meta) is None:  # orbax writes it with every checkpoint
+        raise CheckpointUnreadable(step, "its default/_METADATA, the list of the arrays it holds, is missing")
+    check_fits(meta, step, abstract_state, workdir)
     try:
         return mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
-    except (ValueError, KeyError, TypeError) as e:
-        raise WorkdirMismatch(
-            f"--workdir={workdir}: checkpoint {step} does not fit this config's train state "
-            f"({type(e).__name__}: {str(e).splitlines()[0][:200]}). Use a new --workdir."
-        ) from None
+    except Exception as e:  # it fits by its metadata: a failure to read it is damage
+        raise CheckpointUnreadable(step, _reason(e)) from None
+
+
+DAMAGED = "checkpoints_damaged"
+
+
+def set_aside(workdir: str, step: int) -> str:
+    """Move checkpoint `step` out of orbax's folder into <workdir>/checkpoints_damaged/ (never deleted: orbax would
+    otherwise count it among max_to_keep, or refuse to save that step again); returns where it went. Process 0
+    moves, the others wait for it."""
+    from jax.experimental import multihost_utils
+
+    src = epath.Path(workdir) / "checkpoints" / str(step)
+    dst = epath.Path(workdir) / DAMAGED / str(step)
+    i = 1
+    while dst.exists():  # the same step damaged again in a later attempt
+        i += 1
+        dst = epath.Path(workdir) / DAMAGED / f"{step}.{i}"
+    if jax.process_index() == 0:
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        src.rename(dst)
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(f"set_aside_{step}")
+    return str(dst)
+
+
+def restore_newest_readable(mngr, abstract_state, workdir: str, say=print):
+    """(state, step) of the newest checkpoint that reads, or (None, None) if none does. Each unreadable one newer
+    than it is reported by `say` in one line and moved to <workdir>/checkpoints_damaged/ (set_aside), not deleted.
+    All processes agree: a checkpoint unreadable on any process is unreadable."""
+    for step in sorted(mngr.all_steps(), reverse=True):
+        try:
+            state, reason = restore(mngr, step, abstract_state, workdir), None
+        except CheckpointUnreadable as e:
+            state, reason = None, e.reason
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+
+            bad = multihost_utils.process_allgather(np.int32(reason is not None))
+            reason = reason or ("unreadable on another process" if np.any(bad) else None)
+        if reason is None:
+            return state, step
+        where = set_aside(workdir, step)
+        say(f"checkpoint {step} in {workdir}/checkpoints is damaged ({reason}); moved to {where}, not deleted")
+        mngr.reload()
+    return None, None
 
 
 def abstract_with_shardings(abstract_state, shardings):

@@ -28,6 +28,11 @@ class StopRequest:
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():  # signal handlers can only be set there
             self._previous = {s: signal.signal(s, self._handle) for s in SIGNALS}
+            for s in SIGNALS:
+                # SA_RESTART: the kernel may deliver the signal to any thread, e.g. one of gloo's or XLA's in a
+                # blocking socket call, which would otherwise fail with EINTR inside a C library (Python retries
+                # its own calls, PEP 475); the handler only sets a flag, so nothing needs interrupting
+                signal.siginterrupt(s, False)
         return self
 
     def _handle(self, signum, frame):

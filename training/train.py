@@ -91,13 +91,18 @@ class Loop:
     # -- start ----------------------------------------------------------------------------------------------------
     def _restore_or_init(self):
         """(state, start step); drops metrics records past the restored step (an attempt that died after them)."""
-        latest = self.last_saved
-        if latest is None:
+        if self.last_saved is None:
             if self.is_main:  # records of an earlier attempt that never reached a checkpoint
                 report.truncate_metrics(self.metrics_path, 0)
             return initial_state(self.setup), 0
         abstract = ckpt.abstract_with_shardings(self.setup.abstract_state, self.setup.state_shardings)
-        state = ckpt.restore(self.mngr, latest, abstract, self.workdir)
+        say = lambda line: print(line, file=sys.stderr, flush=True) if self.is_main else None
+        state, self.last_saved = ckpt.restore_newest_readable(self.mngr, abstract, self.workdir, say)
+        if state is None:
+            raise ckpt.WorkdirMismatch(
+                f"--workdir={self.workdir}: no checkpoint in it could be read (they are in "
+                f"{self.workdir}/{ckpt.DAMAGED}); run the same command again to start from step 0"
+            )
         start = int(state.step)
         if self.is_main:
             report.truncate_metrics(self.metrics_path, start)
@@ -213,6 +218,7 @@ class Loop:
             start_step=start,
             random_flip=c.data.random_flip,
             labels=self.setup.conditional,
+            workers=c.data.workers,
         )
         self.writer = report.MetricWriter(self.workdir, enabled=self.is_main)
         from tqdm import tqdm
