@@ -72,6 +72,7 @@ class ContinuousProcess:
         if capability == "discrete":
             return f"the continuous-time process {cfg.name!r}", "it is defined on discrete timesteps"
         return f"the continuous-time process {cfg.name!r}", f"it offers no {capability}"
+
     targets = TARGETS
 
     def bind(self, params):
