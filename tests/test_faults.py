@@ -73,7 +73,7 @@ def test_a_damaged_newest_checkpoint_is_named_kept_and_the_one_below_resumes(two
     damaged = files(os.path.join(wd, "checkpoints", "4"))
     r = run(wd, steps=6)
     assert r.returncode == 0, r.stderr[-3000:]
-    said = [line for line in r.stderr.splitlines() if "damaged" in line]
+    said = [line for line in r.stderr.splitlines() if "is damaged (" in line]
     assert len(said) == 1 and said[0].startswith(f"checkpoint 4 in {wd}/checkpoints is damaged ("), r.stderr[-3000:]
     assert re.search(why, said[0]) and "Traceback" not in r.stderr, said[0]
     assert f"moved to {wd}/checkpoints_damaged/4, not deleted" in said[0]

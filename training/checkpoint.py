@@ -15,6 +15,7 @@ A write that fails (a full disk) is one line naming the folder and its free spac
 folder and renames it when complete, so the checkpoints before it stay intact and the next run resumes from them.
 """
 
+import contextlib
 import json
 
 import jax
@@ -152,19 +153,10 @@ def save(mngr, step: int, state):
     """Write checkpoint `step`; a failed write (a full disk, a file size limit) is CheckpointWriteFailed in one line
     naming the folder and its free space. Orbax writes into a temporary folder and renames it when complete, so
     the earlier checkpoints are untouched and the partial one is removed when the next run starts."""
-    import logging as py_logging
-
-    verbosity = logging.get_verbosity()
-    logging.set_verbosity(logging.FATAL)  # orbax logs each failed write of its threads with a traceback: told below
-    # TensorStore's callbacks of writes still in flight after one failed land on orbax's closed event loop and print
-    # a traceback each; asyncio logs orbax's abandoned tasks with the same error when they are collected.
-    hooks = _ignore_closed_loop_errors()
-    aio = py_logging.getLogger("asyncio")
-    aio_level = aio.level
-    aio.setLevel(py_logging.CRITICAL)
     try:
-        mngr.save(step, args=ocp.args.StandardSave(state), force=True)
-        mngr.wait_until_finished()
+        with _quiet_orbax():
+            mngr.save(step, args=ocp.args.StandardSave(state), force=True)
+            mngr.wait_until_finished()
     except Exception as e:  # the write failed: reported here, once
         where = mngr.directory
         done = [s for s in mngr.all_steps() if s != step]
@@ -173,8 +165,25 @@ def save(mngr, step: int, state):
             f"checkpoint {step} could not be written to {where} ({_write_reason(e)}); {free_space(where)} there; "
             f"{kept}. Free some space and run the same command to resume."
         ) from None
-    # A good write: logging and the hooks as they were. After a failed one they stay quiet: orbax's threads and
-    # TensorStore's callbacks go on reporting the same failure for a while.
+
+
+@contextlib.contextmanager
+def _quiet_orbax():
+    """Orbax's own reports of a failed read or write silenced while the block runs: it logs each failure of its
+    threads with a traceback; TensorStore's callbacks of operations still in flight after one failed land on
+    orbax's closed event loop and print a traceback each; asyncio logs orbax's abandoned tasks with the same error
+    when they are collected, whenever that is. The caller reports the failure in one line. After a good block
+    logging and the hooks are as they were; after a failed one they stay quiet, since those reports go on
+    arriving for a while."""
+    import logging as py_logging
+
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity(logging.FATAL)
+    hooks = _ignore_closed_loop_errors()
+    aio = py_logging.getLogger("asyncio")
+    aio_level = aio.level
+    aio.setLevel(py_logging.CRITICAL)
+    yield  # an exception from the block propagates from here, and what follows is skipped
     logging.set_verbosity(verbosity)
     aio.setLevel(aio_level)
     hooks()
@@ -275,7 +284,8 @@ def restore(mngr, step: int, abstract_state, workdir: str):
         raise CheckpointUnreadable(step, "its default/_METADATA, the list of the arrays it holds, is missing")
     check_fits(meta, step, abstract_state, workdir)
     try:
-        return mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
+        with _quiet_orbax():
+            return mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
     except Exception as e:  # it fits by its metadata: a failure to read it is damage
         raise CheckpointUnreadable(step, _reason(e)) from None
 
