@@ -328,3 +328,17 @@ def sigma_to_logsnr_vp(s):
 
 
 __all__ = ["ContinuousProcess", "TARGETS", "METHODS", "TIME_SCALE", "stratified_times", "sigma_to_logsnr_vp"]
+
+
+class ODELikelihood:
+    """For a process whose --mode=eval number is the exact probability-flow ODE likelihood (flow.py, edm.py): put
+    before ContinuousProcess in its bases."""
+
+    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0, num_t: int = 0):
+        """(-log p(x0) [B] in bits/dim through the ODE, None, None); clip_denoised=True (pixels) dequantises."""
+        return self.ode_nll_bpd(apply_fn, x0, key, steps=num_t, dequantize=clip_denoised), None, None
+
+    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
+        """The ODE likelihood with num_t Heun steps (cheaper, less accurate; the same key gives the same
+        dequantisation and probes)."""
+        return self.nll_bpd(apply_fn, x0, key, clip_denoised=clip_denoised, num_t=num_t)[0]

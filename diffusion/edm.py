@@ -79,7 +79,7 @@ import numpy as np
 
 from core.fields import FieldError, Int, Num
 from diffusion.base import PROCESSES
-from diffusion.continuous import TIME_SCALE, ContinuousProcess, bcast, sigma_to_logsnr_vp
+from diffusion.continuous import TIME_SCALE, ContinuousProcess, ODELikelihood, bcast, sigma_to_logsnr_vp
 from diffusion.likelihood import standard_normal_logp
 
 T_MAX = float(np.nextafter(np.float32(1.0), np.float32(0.0)))  # the largest float32 below 1
@@ -145,7 +145,7 @@ def edm_sampler(
 
 
 @PROCESSES.register
-class EDM(ContinuousProcess):
+class EDM(ODELikelihood, ContinuousProcess):
     name = "edm"
     targets = ("edm",)
     FIELDS = dict(
@@ -328,11 +328,3 @@ class EDM(ContinuousProcess):
             f"the probability-flow ODE's likelihood with {num_t} Heun steps, one Hutchinson probe per image, uniform "
             "dequantisation (fewer steps than --mode=eval's: cheaper, less accurate)"
         )
-
-    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0, num_t: int = 0):
-        """(-log p(x0) [B] in bits/dim through the ODE, None, None); clip_denoised=True (pixels) dequantises."""
-        return self.ode_nll_bpd(apply_fn, x0, key, steps=num_t, dequantize=clip_denoised), None, None
-
-    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
-        """The ODE likelihood with num_t Heun steps."""
-        return self.nll_bpd(apply_fn, x0, key, clip_denoised=clip_denoised, num_t=num_t)[0]

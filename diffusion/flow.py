@@ -26,14 +26,14 @@ import jax.numpy as jnp
 
 from core.fields import Choice, Int, Num
 from diffusion.base import PROCESSES
-from diffusion.continuous import TIME_SCALE, ContinuousProcess
+from diffusion.continuous import TIME_SCALE, ContinuousProcess, ODELikelihood
 
 FLOW_TARGETS = ("velocity",)
 DIRECTIONS = ("noise_at_1", "data_at_1")
 
 
 @PROCESSES.register
-class Flow(ContinuousProcess):
+class Flow(ODELikelihood, ContinuousProcess):
     name = "flow"
     FIELDS = dict(
         target=Choice("velocity", FLOW_TARGETS),
@@ -97,12 +97,3 @@ class Flow(ContinuousProcess):
             f"the probability-flow ODE's likelihood with {num_t} Heun steps, one Hutchinson probe per image, uniform "
             "dequantisation (fewer steps than --mode=eval's: a cheaper, less accurate number)"
         )
-
-    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0, num_t: int = 0):
-        """(-log p(x0) [B] in bits/dim through the ODE, None, None); clip_denoised=True (pixels) dequantises."""
-        return self.ode_nll_bpd(apply_fn, x0, key, steps=num_t, dequantize=clip_denoised), None, None
-
-    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
-        """The ODE likelihood with num_t Heun steps (cheaper, less accurate; the same key gives the same
-        dequantisation and probes)."""
-        return self.nll_bpd(apply_fn, x0, key, clip_denoised=clip_denoised, num_t=num_t)[0]
