@@ -252,9 +252,7 @@ def test_buffer_wraps_around_and_zero_rows_and_early_rows_select_nothing():
     rng = np.random.default_rng(0)
     tables = [rng.normal(size=grid.size).astype(np.float32) for _ in range(6)]
 
-    def rows_for(k):  # before - after = tables[k] at the sweep's grid timesteps; the probe gets 0
-        before = jnp.asarray(tables[k])
-
+    def rows_for(before):  # before - after = `before` (a table) at the sweep's grid timesteps; the probe gets 0
         def rows_fn(params, x, t, noise, **kw):
             idx = jnp.searchsorted(jnp.asarray(grid), t)
             is_grid = jnp.asarray(grid)[jnp.clip(idx, 0, grid.size - 1)] == t
@@ -263,10 +261,10 @@ def test_buffer_wraps_around_and_zero_rows_and_early_rows_select_nothing():
         return rows_fn
 
     state = sampler.init(jax.random.PRNGKey(0), x0)
-    update = jax.jit(lambda st, k: fake_update(sampler, st, x0, rows_for(k)), static_argnums=1)
+    update = jax.jit(lambda st, table: fake_update(sampler, st, x0, rows_for(table)))  # one program for all five
     states = []
     for k in range(5):
-        state, metrics = update(state, k)
+        state, metrics = update(state, jnp.asarray(tables[k]))
         states.append((state, metrics))
     X = np.asarray(state["X"])
     np.testing.assert_allclose(X, np.stack([tables[3], tables[4], tables[2]]), rtol=1e-6)
