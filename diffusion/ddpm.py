@@ -27,6 +27,7 @@ import numpy as np
 from core.fields import Choice, FieldError, Int, Num
 from diffusion import sampling
 from diffusion.base import PROCESSES, Process
+from diffusion.continuous import sigma_to_logsnr_vp
 from diffusion.gaussian import (
     LN2,
     discretized_gaussian_log_likelihood,
@@ -161,7 +162,7 @@ class DDPM(Process):
 
     def t_of_sigma(self, n):
         """The step of the variance-preserving noise level n [B] (t_of_logsnr of its log SNR): [B] int32."""
-        return self.t_of_logsnr(jnp.log1p(-(n**2)) - 2.0 * jnp.log(n))
+        return self.t_of_logsnr(sigma_to_logsnr_vp(n))
 
     def path_coefs(self, t):
         """(alpha, sigma, c1, c2) at steps t [B]: sqrt(alpha_bar), sqrt(1 - alpha_bar) and the target's c1 x0 + c2
