@@ -2,7 +2,8 @@
 InfoNoise): a density over the noise level kept as a histogram in log SNR whose bin masses follow running averages
 of a per-example quantity measured in each bin.
 
-Bins. `num_bins` equal bins of lambda = log SNR between the largest and the smallest lambda of the time domain:
+Bins. `num_bins` equal bins of lambda = log SNR between the largest and the smallest lambda of the time domain, which
+the process's time domain builds (process.time.logsnr_bins: diffusion/time.py ChainBins, IntervalBins):
 - discrete (DDPM chain, T steps): the chain's lambda_t (a zero-terminal step's -inf counts as the smallest finite
   one); bin b holds the n_b timesteps whose lambda falls in it (bins may be empty); its measure under uniform t is
   mu_b = n_b / T;
