@@ -1,10 +1,223 @@
-"""The registry of diffusion processes (config.diffusion, flat layout: config.diffusion.name and the named
-process's own fields). A process object gives the train step x_t, the training target and the per-example loss,
-the timestep samplers its time domain, and evaluation its bound terms and samplers (ddpm.py is the reference)."""
+"""The contract of a diffusion process and the registry of processes (config.diffusion, flat layout:
+config.diffusion.name and the named process's own fields).
+
+`Process` lists every member the train step (training/step.py), the timestep samplers (samplers/), the loss
+weightings (weightings/), the set-up and evaluation (training/setup.py, training/evaluate.py) use, with shapes and
+units. A process subclasses it and is registered with `@PROCESSES.register`; registering one that leaves an abstract
+member out is refused in one line naming the members. ddpm.py implements it on the discrete chain, continuous.py
+for every Gaussian path in continuous time (vp.py, flow.py, edm.py give only their path, their prior if it is not
+N(0, I), and their likelihood). docs/extending.md#a-diffusion-process says which members are required and which have
+defaults.
+
+Conventions: images x0, x_t, noise are float32 [B, H, W, C] (pixels in [-1, 1]); t is [B] in the process's time
+domain (`time`: int32 steps 0..T-1, or float32 in [0, 1], t = 0 data, t = 1 noise); `apply_fn(x_t, t)` runs the
+network and returns its output [B, H, W, out_channels(C)]; bits/dim are per dimension in bits (nats / (D ln 2)).
+"""
+
+import abc
+import inspect
+
+import jax.numpy as jnp
 
 from core.registry import FLAT, Registry
 
-PROCESSES = Registry("diffusion", FLAT)
+
+class Process(abc.ABC):
+    """What every diffusion process offers (module docstring). Abstract members raise at registration; the others
+    have defaults here, which a process overrides where it differs."""
+
+    name: str = "base"  # the registered name, config.diffusion.name
+    FIELDS: dict = {}  # its own config fields (core/fields.py), flat in config.diffusion
+    time_field: str = "grid"  # the field giving the time domain's size (T, or the grid): bounds "T" of other fields
+    methods: tuple = ()  # the sampling methods `sample` accepts
+    default_method: str = ""  # what a config switched to this process samples with (training/schema.switch_part)
+
+    # -- declared capabilities -------------------------------------------------------------------------------------
+    has_parameters = False  # parameters of its own in the model's variables (init_params, bind): VP's learned schedule
+    invertible = True  # t_of_logsnr / t_of_sigma exist (a learned schedule has none)
+    has_bound = False  # nll_bpd is a variational bound with terms (DDPM, VP)
+    exact_likelihood = False  # nll_bpd is the exact likelihood of the probability-flow ODE (flow, EDM)
+    learned_variance = False  # the network also outputs the reverse variance (DDPM's learned_range)
+
+    # -- the config side (classmethods: before anything is built) -------------------------------------------------
+    @classmethod
+    @abc.abstractmethod
+    def from_config(cls, cfg) -> "Process":
+        """The process from its own config section (config.diffusion)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def offers(cls, cfg) -> set:
+        """What samplers and weightings may need of it (core.registry.Need): its time domain ("discrete" or
+        "continuous"), "invertible" (a log SNR with an inverse), "fixed_schedule" (no parameters of its own)."""
+
+    @classmethod
+    def lacks(cls, capability: str, cfg) -> tuple:
+        """(where, why) of a refusal: the process named as a config phrase, and why it lacks `capability`."""
+        return f"config.diffusion.name={cfg.name!r}", f"it offers no {capability}"
+
+    # -- time ------------------------------------------------------------------------------------------------------
+    @property
+    @abc.abstractmethod
+    def time(self):
+        """The time domain (diffusion/time.py): DiscreteTime(T) or ContinuousTime(grid)."""
+
+    @abc.abstractmethod
+    def logsnr(self, t):
+        """log SNR = log(alpha^2 / sigma^2) at t [B]: float32 [B] (-inf where there is no signal)."""
+
+    def t_of_logsnr(self, lam):
+        """The time of log SNR lam [B] (clipped into the domain; on a chain the step of the nearest noise level):
+        [B] in the domain's dtype. Only where `invertible`."""
+        raise NotImplementedError(f"the process {self.name!r} has no inverse of its log SNR")
+
+    def t_of_sigma(self, n):
+        """The time whose variance-preserving noise level sqrt(sigmoid(-log SNR)) is n [B], in (0, 1): [B]. Only
+        where `invertible` (the logit-normal sampler's variable)."""
+        raise NotImplementedError(f"the process {self.name!r} has no inverse of its noise level")
+
+    @abc.abstractmethod
+    def path_coefs(self, t):
+        """(alpha, sigma, c1, c2) at t [B], each float32 [B]: x_t = alpha x0 + sigma eps (alpha, sigma scaled as
+        the process's own variables) and the network's target c1 x0 + c2 eps (the loss weightings'
+        weightings/base.py)."""
+
+    @abc.abstractmethod
+    def x0_mse_factor(self, t):
+        """F(t) [B]: the target's MSE is F times the x0-MSE at the same x_t (eps: SNR; x0: 1; weightings/base.py)."""
+
+    # -- discrete-time tables (read only by parts that need "discrete") --------------------------------------------
+    def logsnr_np(self):
+        """log SNR of every step: [T] float64."""
+        raise NotImplementedError(f"the process {self.name!r} has no table of steps")
+
+    def alphas_cumprod_np(self):
+        """alpha_bar of every step, the signal's variance in x_t: [T] float64."""
+        raise NotImplementedError(f"the process {self.name!r} has no table of steps")
+
+    def snr_np(self):
+        """SNR of every step: [T] float64."""
+        raise NotImplementedError(f"the process {self.name!r} has no table of steps")
+
+    def noise_levels_np(self):
+        """The noise coefficient of every step, sqrt(1 - alpha_bar): [T] float64."""
+        raise NotImplementedError(f"the process {self.name!r} has no table of steps")
+
+    # -- forward process and training ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def q_sample(self, x0, t, noise):
+        """x_t [B, ...] from x0, t [B] and noise eps [B, ...]."""
+
+    @abc.abstractmethod
+    def training_target(self, x0, t, noise):
+        """What the network regresses at x_t: [B, ...]."""
+
+    @abc.abstractmethod
+    def example_losses(self, apply_fn, x0, t, noise):
+        """(mse [B], extra [B]) from one call of the network: the MSE of its output against the target (the loss
+        weighting multiplies it) and a term added as it is (a learned variance's or a learned schedule's; zeros
+        otherwise). The train step's loss is mean(w_sampler (w(t) mse + extra))."""
+
+    def example_mse(self, apply_fn, x0, t, noise):
+        """The first of example_losses: [B]."""
+        return self.example_losses(apply_fn, x0, t, noise)[0]
+
+    @abc.abstractmethod
+    def predict_x0(self, xt, t, out):
+        """x0_hat [B, ...] from x_t, t and the network's output."""
+
+    # -- the network's output and parameters ------------------------------------------------------------------------
+    def out_channels(self, channels: int) -> int:
+        """Channels of the network's output for data of `channels` channels."""
+        return channels
+
+    def init_params(self, key, variables):
+        """The model's variables with the process's own parameters added (has_parameters); unchanged here."""
+        return variables
+
+    def bind(self, params):
+        """The process at the model's variables `params` (a learned schedule reads its own); itself here."""
+        return self
+
+    def guide(self, out_cond, out_uncond, scale):
+        """Classifier-free guidance of network outputs: out_uncond + scale (out_cond - out_uncond); scale 1 returns
+        out_cond exactly (a Python number short-cuts; a traced one selects it)."""
+        if isinstance(scale, (int, float)) and scale == 1:
+            return out_cond
+        return jnp.where(scale == 1, out_cond, out_uncond + scale * (out_cond - out_uncond))
+
+    # -- the bound's terms (the learned sampler's "bound" reward) --------------------------------------------------
+    @abc.abstractmethod
+    def row_terms(self, apply_fn, x0, t, noise, *, kl_only: bool = False, clip_denoised: bool = False):
+        """The bound's term of independent rows (image x0[i] at t[i] with noise[i]): [R] bits/dim (on a chain one
+        step's term; in continuous time the ELBO integrand per unit of t, time.cell_share turns it into one grid
+        cell's share). kl_only: the Gaussian KL at every step, t = 0 included (the chain's reward)."""
+
+    # -- the prior ------------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def prior_sample(self, key, shape):
+        """A draw of the prior at the noise end, where sampling starts: [shape] float32."""
+
+    @abc.abstractmethod
+    def prior_logp(self, x):
+        """log density of the prior at x [B, ...]: [B] nats."""
+
+    # -- sampling -------------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def sample(self, apply_fn, key, shape, method: str, steps: int = 0, constrain=None, clip=True):
+        """Samples [shape] by `method` (one of `methods`) with `steps`; constrain(x) shards the batch; clip=True
+        clips pixels to [-1, 1] (False for latents)."""
+
+    def uses_steps(self, method: str) -> bool:
+        """Whether `method` takes a step count."""
+        return True
+
+    def sampling_steps(self, method: str, steps: int) -> int:
+        """Network evaluations of one sample (the protocol written next to FID)."""
+        return steps
+
+    # -- evaluation ----------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0):
+        """(nll [B] bits/dim, terms or None, prior or None): --mode=eval's test likelihood (a bound where has_bound,
+        the ODE's exact one where exact_likelihood); clip_denoised=True for 8-bit pixels."""
+
+    @abc.abstractmethod
+    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
+        """A cheaper estimate of nll_bpd from num_t times or steps (the periodic evaluation): [B] bits/dim."""
+
+    @abc.abstractmethod
+    def bound_protocol(self) -> dict:
+        """How nll_bpd's number was computed (written next to it by --mode=eval)."""
+
+    @abc.abstractmethod
+    def estimate_protocol(self, num_t: int) -> str:
+        """What nll_bpd_estimate(num_t) computes (the periodic evaluation's label)."""
+
+
+def abstract_members(part) -> list:
+    """The contract's members a process class leaves abstract: sorted names."""
+    return sorted(getattr(part, "__abstractmethods__", ()))
+
+
+class ProcessRegistry(Registry):
+    """The registry of processes: a part must subclass Process and give every abstract member."""
+
+    def register(self, part):
+        if not (inspect.isclass(part) and issubclass(part, Process)):
+            raise ValueError(
+                f"diffusion process {getattr(part, 'name', part)!r} must subclass diffusion.base.Process (the contract)"
+            )
+        missing = abstract_members(part)
+        if missing:
+            raise ValueError(
+                f"diffusion process {getattr(part, 'name', part)!r} lacks the contract's {', '.join(missing)} "
+                f"(diffusion/base.py Process; docs/extending.md#a-diffusion-process)"
+            )
+        return super().register(part)
+
+
+PROCESSES = ProcessRegistry("diffusion", FLAT)
 
 
 def make_process(diffusion_cfg):

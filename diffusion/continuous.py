@@ -26,12 +26,16 @@ last step.
 With clip (pixels), "ancestral" clips x0_hat to [-1, 1] at every step; the ODE methods clip only the result.
 """
 
+import abc
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from diffusion.base import Process
 from diffusion.gaussian import LN2, fold_timesteps, mean_flat
 from diffusion.likelihood import ode_log_likelihood, standard_normal_logp
+from diffusion.time import ContinuousTime
 
 TARGETS = ("eps", "x0", "v", "velocity")
 METHODS = ("ancestral", "euler", "heun")
@@ -48,15 +52,14 @@ def stratified_times(key, num: int):
     return (jnp.arange(num, dtype=jnp.float32) + jax.random.uniform(key, (num,))) / num
 
 
-class ContinuousProcess:
-    """Base class. Subclasses give `alpha_sigma(t)`, `logsnr(t)`, `t_of_logsnr(lam)` and `t_of_sigma(s)` (jnp, [B]
-    -> [B]; the last two clipped into [0, 1]) and a registered `name`; the prior at t = 1 is N(0, I)
-    (`prior_sample`, `prior_logp`), which a variance-exploding process overrides (edm.py)."""
+class ContinuousProcess(Process):
+    """Base class of the processes in continuous time (the contract is diffusion/base.py's Process). Subclasses give
+    `alpha_sigma(t)`, `logsnr(t)`, `t_of_logsnr(lam)` and `t_of_sigma(s)` (jnp, [B] -> [B]; the last two clipped
+    into [0, 1]), their likelihood (`nll_bpd`, `nll_bpd_estimate`, `bound_protocol`, `estimate_protocol`) and a
+    registered `name`; the prior at t = 1 is N(0, I) (`prior_sample`, `prior_logp`), which a variance-exploding
+    process overrides (edm.py)."""
 
-    discrete = False
-    learned_variance = False
     learned_schedule = False
-    invertible = True  # t_of_logsnr exists (a learned schedule has none)
     vb_scale = 0.0
     methods = METHODS
     default_method = "heun"  # what a config switched to this process samples with (training/schema.switch_part)
@@ -75,23 +78,23 @@ class ContinuousProcess:
 
     targets = TARGETS
 
-    def bind(self, params):
-        """This process at the model's parameters `params` (a learned schedule reads its own from them)."""
-        return self
-
     def __init__(self, target: str, grid: int, *, time_scale: float = TIME_SCALE, likelihood_steps: int = 100):
         if target not in self.targets:
             raise ValueError(f"target {target!r} is not one of {', '.join(self.targets)}")
         self.target, self.grid = target, int(grid)
+        self._time = ContinuousTime(self.grid)
         self.time_scale = float(time_scale)
         self.likelihood_steps = int(likelihood_steps)
 
-    # -- the path ------------------------------------------------------------------------------------------------
-    def alpha_sigma(self, t):
-        raise NotImplementedError
+    @property
+    def time(self) -> ContinuousTime:
+        """The time domain: t in [0, 1] with `grid` cells (diffusion/time.py)."""
+        return self._time
 
-    def logsnr(self, t):
-        raise NotImplementedError
+    # -- the path ------------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def alpha_sigma(self, t):
+        """(alpha, sigma) at t [B]: x_t = alpha x0 + sigma eps, each float32 [B]."""
 
     def coefs(self, t):
         """(alpha, sigma, alpha', sigma') at t [B], the derivatives by forward-mode differentiation."""
@@ -124,12 +127,6 @@ class ContinuousProcess:
         (weightings/base.py; eps: SNR, velocity: 1 / t^2 for flow matching)."""
         a, s, c1, c2 = self.path_coefs(t)
         return (c1 * s - c2 * a) ** 2 / s**2
-
-    def time_bins(self, t, num_bins: int):
-        return jnp.clip(jnp.floor(t * num_bins), 0, num_bins - 1).astype(jnp.int32)
-
-    def out_channels(self, channels: int) -> int:
-        return channels
 
     def split_out(self, out, channels: int):
         return out, None
@@ -260,12 +257,6 @@ class ContinuousProcess:
         return bpd + 7.0 if dequantize else bpd
 
     # -- sampling ------------------------------------------------------------------------------------------------
-    def guide(self, out_cond, out_uncond, scale):
-        """Classifier-free guidance: out_uncond + scale (out_cond - out_uncond); scale 1 returns out_cond."""
-        if isinstance(scale, (int, float)) and scale == 1:
-            return out_cond
-        return jnp.where(scale == 1, out_cond, out_uncond + scale * (out_cond - out_uncond))
-
     def sample(self, apply_fn, key, shape, method: str = "heun", steps: int = 0, constrain=None, clip=True):
         """Samples of `shape` by `method` over `steps` even steps from t = 1 to 0 (see the module docstring)."""
         constrain = constrain or (lambda x: x)
@@ -314,9 +305,6 @@ class ContinuousProcess:
         x, _ = jax.lax.scan(body, x, jnp.arange(n))
         return jnp.clip(x, -1.0, 1.0) if clip else x
 
-    def uses_steps(self, method: str) -> bool:
-        return True
-
     def sampling_steps(self, method: str, steps: int) -> int:
         """Network evaluations of one sample."""
         return 2 * steps - 1 if method == "heun" else steps
@@ -333,6 +321,8 @@ __all__ = ["ContinuousProcess", "TARGETS", "METHODS", "TIME_SCALE", "stratified_
 class ODELikelihood:
     """For a process whose --mode=eval number is the exact probability-flow ODE likelihood (flow.py, edm.py): put
     before ContinuousProcess in its bases."""
+
+    exact_likelihood = True
 
     def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0, num_t: int = 0):
         """(-log p(x0) [B] in bits/dim through the ODE, None, None); clip_denoised=True (pixels) dequantises."""

@@ -26,7 +26,8 @@ import numpy as np
 
 from core.fields import Choice, FieldError, Int, Num
 from diffusion import sampling
-from diffusion.base import PROCESSES
+from diffusion.base import PROCESSES, Process
+from diffusion.continuous import sigma_to_logsnr_vp
 from diffusion.gaussian import (
     LN2,
     discretized_gaussian_log_likelihood,
@@ -39,6 +40,7 @@ from diffusion.gaussian import (
 )
 from diffusion.likelihood import standard_normal_logp
 from diffusion.schedules import SCHEDULES, Schedule, betas_for, make_schedule
+from diffusion.time import DiscreteTime
 
 TARGETS = ("eps", "x0", "v")
 VARIANCES = ("fixed_large", "fixed_small", "learned_range")
@@ -46,9 +48,10 @@ VB_WEIGHT = 0.001  # lambda of L_hybrid = L_simple + lambda L_vlb: improved-diff
 
 
 @PROCESSES.register
-class DDPM:
+class DDPM(Process):
     name = "ddpm"
-    discrete = True
+    time_field = "num_timesteps"
+    has_bound = True
     FIELDS = dict(
         schedule=Choice("linear", SCHEDULES),
         num_timesteps=Int(1000, 2),
@@ -87,6 +90,17 @@ class DDPM:
             raise ValueError(f"variance {variance!r} is not one of {', '.join(VARIANCES)}")
         self.schedule, self.target, self.variance = schedule, target, variance
         self.vb_weight = float(vb_weight)
+        self._time = DiscreteTime(schedule.num_timesteps)
+        with np.errstate(divide="ignore"):
+            sig = np.sqrt((1.0 - self.alphas_cumprod_np()) / self.alphas_cumprod_np())  # EDM's sigma of each step
+            # the T - 1 midpoints between consecutive sigmas (increasing in t), in log: t_of_logsnr's cells
+            self._log_sigma_edges = jnp.asarray(np.log(0.5 * (sig[1:] + sig[:-1])), jnp.float32)
+        self._logsnr = jnp.asarray(self.logsnr_np(), jnp.float32)
+
+    @property
+    def time(self) -> DiscreteTime:
+        """The time domain: steps 0..T-1 (diffusion/time.py)."""
+        return self._time
 
     @property
     def learned_variance(self) -> bool:
@@ -137,19 +151,31 @@ class DDPM:
         return self.schedule.np64["sqrt_one_minus_alphas_cumprod"]
 
     def logsnr(self, t):
-        """log SNR of steps t [B]: float32 [B] (-inf at a zero-terminal step)."""
-        ab = self.schedule.alphas_cumprod[t]
-        return jnp.log(ab) - jnp.log1p(-ab)
+        """log SNR of steps t [B]: float32 [B] (-inf at a zero-terminal step), from the float64 table."""
+        return self._logsnr[t]
+
+    def t_of_logsnr(self, lam):
+        """The step whose EDM sigma = sqrt((1 - alpha_bar) / alpha_bar) is nearest to exp(-lam / 2), nearest by
+        |sigma - sigma_t| in sigma itself (docs/method.md#log-normal-edm): [B] int32; a sigma beyond the chain's
+        largest lands on the last step, one below its smallest on step 0."""
+        return jnp.searchsorted(self._log_sigma_edges, -0.5 * lam, side="left").astype(jnp.int32)
+
+    def t_of_sigma(self, n):
+        """The step of the variance-preserving noise level n [B] (t_of_logsnr of its log SNR): [B] int32."""
+        return self.t_of_logsnr(sigma_to_logsnr_vp(n))
+
+    def path_coefs(self, t):
+        """(alpha, sigma, c1, c2) at steps t [B]: sqrt(alpha_bar), sqrt(1 - alpha_bar) and the target's c1 x0 + c2
+        eps (eps: (0, 1); x0: (1, 0); v: (-sigma, alpha))."""
+        a, s = self.schedule.sqrt_alphas_cumprod[t], self.schedule.sqrt_one_minus_alphas_cumprod[t]
+        one, zero = jnp.ones_like(a), jnp.zeros_like(a)
+        return (a, s) + {"eps": (zero, one), "x0": (one, zero), "v": (-s, a)}[self.target]
 
     def x0_mse_factor(self, t):
         """F(t) [B] float32: the target's MSE is F times the x0-MSE at the same x_t (eps: SNR; x0: 1; v: SNR + 1;
         weightings/base.py)."""
         snr = self.schedule.alphas_cumprod[t] / (1.0 - self.schedule.alphas_cumprod[t])
         return {"eps": snr, "x0": jnp.ones_like(snr), "v": snr + 1.0}[self.target]
-
-    def time_bins(self, t, num_bins: int):
-        """The bin of each timestep among num_bins equal bins of the time domain (histograms, diagnostics)."""
-        return t * num_bins // self.num_timesteps
 
     def _at(self, table, t, ndim):
         return extract(table, t, ndim)
@@ -369,10 +395,6 @@ class DDPM:
             bound="sum_t L_t + L_T, fresh noise per t, clip_denoised (not for latents), discretised decoder at t=0",
         )
 
-    def bind(self, params):
-        """The process at the model's parameters (nothing of it is learned here)."""
-        return self
-
     def estimate_protocol(self, num_t: int) -> str:
         """What nll_bpd_estimate(num_t) computes (the periodic evaluation's label)."""
         return (
@@ -383,11 +405,6 @@ class DDPM:
     def uses_steps(self, method: str) -> bool:
         """Whether `method` takes a step count (ddim; ancestral runs all T)."""
         return method == "ddim"
-
-    @property
-    def grid(self) -> int:
-        """The time domain's resolution: T (continuous processes have a field of that name)."""
-        return self.num_timesteps
 
     methods = sampling.METHODS
 

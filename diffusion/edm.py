@@ -63,12 +63,11 @@ levels (sigma = sigma_max tau^7, which starts at sigma = 0 too), which needed se
 accuracy on Gaussian data (tests/test_edm.py checks this grid against the closed form). Not a bound: the ELBO
 integrand (`elbo_integrand`, the learned sampler's "bound" reward) is continuous.py's, per unit of t.
 
-What the later process contract can adopt (the members this class provides; the rest is ContinuousProcess's):
-alpha_sigma, logsnr, t_of_logsnr, t_of_sigma (VP noise level), sigma / t_of_edm_sigma (EDM's sigma and back),
-target_coefs (F's target), precond (c_skip, c_out, c_in, c_noise), net_time, run (F at c_in x), denoise (D),
-prior_sample / prior_logp (VE prior), likelihood_ode (in y), sample (edm_sampler), nll_bpd, nll_bpd_estimate,
-bound_protocol, estimate_protocol; capabilities: invertible log SNR (True), no parameters, no bound (an exact ODE
-likelihood instead).
+The contract (diffusion/base.py Process): this class gives alpha_sigma, logsnr, t_of_logsnr, t_of_sigma (VP noise
+level), sigma / t_of_edm_sigma (EDM's sigma and back), target_coefs (F's target), precond (c_skip, c_out, c_in,
+c_noise), net_time, run (F at c_in x), denoise (D), prior_sample / prior_logp (VE prior), likelihood_ode (in y),
+sample (edm_sampler), nll_bpd, nll_bpd_estimate, bound_protocol, estimate_protocol; the rest is ContinuousProcess's.
+Capabilities: invertible log SNR, no parameters, no bound (exact_likelihood: the ODE's).
 """
 
 import math

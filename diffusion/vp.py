@@ -85,6 +85,7 @@ class NoiseNet(nn.Module):
 @PROCESSES.register
 class VP(ContinuousProcess):
     name = "vp"
+    has_bound = True
     FIELDS = dict(
         schedule=Choice("linear", VP_SCHEDULES),
         logsnr_max=Num(13.3, note="(VDM: 13.3) log SNR at t = 0"),
@@ -146,6 +147,7 @@ class VP(ContinuousProcess):
         self.schedule_name, self.lo, self.hi = schedule, float(logsnr_min), float(logsnr_max)
         self.bound_points = int(bound_points)
         self.learned_schedule = schedule == "learned"
+        self.has_parameters = self.learned_schedule
         self.invertible = not self.learned_schedule
         self.noise_net = NoiseNet(-self.hi, -self.lo) if self.learned_schedule else None
         self.schedule_params = None

@@ -31,8 +31,8 @@ Deviations from the reference code, written down (docs/method.md#deviations-from
 - With `uniform_mix`, the uniformly drawn examples are left out of the REINFORCE term (their u is not a draw of the
   policy); the entropy term covers every probe image.
 
-Continuous time (process.discrete False; diffusion/vp.py, diffusion/flow.py): t = u ~ Beta(alpha(x0), beta(x0))
-itself, no rounding; importance weights are 1 / p(u) with p the (mixed) Beta density (floored at MIN_BIN_MASS). The
+Continuous time (process.time a ContinuousTime; vp, flow, edm): t = u ~ Beta(alpha(x0), beta(x0)) itself, no
+rounding; importance weights are 1 / p(u) with p the (mixed) Beta density (floored at MIN_BIN_MASS). The
 sweep grid has as many times as the discrete one would on T = config.diffusion.grid (K = ceil(grid / stride)):
 "even" the cell midpoints t_k = (k + 1/2) / K, "geometric" K times evenly spaced in log SNR between those of the
 first and last midpoints (geometric in SNR; t = 0 and 1 are left out, where a flow's log SNR is infinite). S starts
@@ -48,16 +48,15 @@ and in continuous time it was chosen over "loss" by measurement, before the per-
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.scipy.special import betainc
 
 from core.fields import Bool, Choice, FieldError, Int, Ints, Num
 from core.registry import Need
-from diffusion.gaussian import stratum_edges
+from diffusion.time import continuous_grid, sweep_grid  # noqa: F401 (the sweep grids, importable from here)
 from samplers.base import SAMPLERS, Sampler
 from samplers.fstat import f_statistic, top_k_highest
-from samplers.policy import BetaPolicy, beta_entropy, beta_log_prob, sample_u, u_to_t
+from samplers.policy import BetaPolicy, beta_entropy, beta_log_prob, sample_u
 
 ENTROPY_FORMS = ("standard", "reference")
 GRIDS = ("even", "geometric")
@@ -65,43 +64,9 @@ REWARDS = ("bound", "loss")
 MIN_BIN_MASS = 1e-3  # importance weights use max(p(t), MIN_BIN_MASS / T): at most 1000
 
 
-def sweep_grid(num_timesteps: int, stride: int, kind: str = "even"):
-    """The sweep's timesteps: 0, stride, 2 stride, ... (even), or as many timesteps spaced geometrically: 0 and the
-    starts of the geometric strata of 1..T-1 (gaussian.stratum_edges), dense at small t where most of the bound is
-    (an even stride never selects 1..stride-1)."""
-    if kind == "even":
-        return jnp.arange(0, num_timesteps, stride, dtype=jnp.int32)
-    K = len(range(0, num_timesteps, stride))
-    if K < 2:
-        return jnp.zeros((1,), jnp.int32)
-    return jnp.asarray(np.concatenate([[0], stratum_edges(num_timesteps, K - 1)[:-1]]), jnp.int32)
-
-
-def continuous_grid(process, K: int, kind: str = "even"):
-    """The sweep's K times in (0, 1) in continuous time (module docstring): float32 [K]."""
-    mid = (np.arange(K) + 0.5) / K
-    if kind == "even" or K < 2:
-        return jnp.asarray(mid, jnp.float32)
-    ends = process.logsnr(jnp.asarray([mid[0], mid[-1]], jnp.float32))
-    return process.t_of_logsnr(jnp.linspace(ends[0], ends[1], K)).astype(jnp.float32)
-
-
-def bin_mass(a, b, t, num_timesteps: int):
-    """The policy's probability of timestep t: the Beta(a, b) mass of t's rounding bin
-    [(t - 0.5) / (T - 1), (t + 0.5) / (T - 1)) of u, clipped to [0, 1]. a, b, t: [N] -> [N]."""
-    lo = jnp.clip((t - 0.5) / (num_timesteps - 1), 0.0, 1.0)
-    hi = jnp.clip((t + 0.5) / (num_timesteps - 1), 0.0, 1.0)
-    return betainc(a, b, hi) - betainc(a, b, lo)
-
-
-def bins_mass(a, b, num_timesteps: int, num_bins: int, discrete: bool = True):
-    """Each image's probability of each of num_bins equal bins of t (t * num_bins // T, as the timestep histogram;
-    in continuous time the bins of u = t): a, b: [N] -> [N, num_bins]."""
-    if discrete:
-        edges_t = np.ceil(np.arange(num_bins + 1) * num_timesteps / num_bins)  # first t of each bin, then T
-        edges_u = jnp.asarray(np.clip((edges_t - 0.5) / (num_timesteps - 1), 0.0, 1.0), jnp.float32)
-    else:
-        edges_u = jnp.linspace(0.0, 1.0, num_bins + 1, dtype=jnp.float32)
+def bins_mass(a, b, edges_u):
+    """Each image's probability of each bin of u between edges_u [num_bins + 1] (the time domain's unit_edges: the
+    bins of t of the timestep histogram): a, b: [N] -> [N, num_bins]."""
     cdf = betainc(a[:, None], b[:, None], edges_u[None, :])
     return jnp.diff(cdf, axis=1)
 
@@ -211,15 +176,11 @@ class AdaptiveSampler(Sampler):
             optax.clip_by_global_norm(cfg.policy_grad_clip),
             optax.adam(cfg.policy_lr, b1=cfg.policy_b1, b2=cfg.policy_b2),
         )
-        if self.discrete:
-            self.grid = sweep_grid(self.T, cfg.sweep_stride, cfg.sweep_grid)
-        else:
-            self.grid = continuous_grid(process, len(range(0, self.T, cfg.sweep_stride)), cfg.sweep_grid)
+        self.grid = self.time.sweep(process, cfg.sweep_stride, cfg.sweep_grid)
         self.reward_kind = cfg.get("reward", "bound")
-        # continuous time: the ELBO integrand is per unit of t; times 1 / grid it is the bound of one grid cell, the
-        # scale of the chain's per-step KL, so that entropy_coef and policy_grad_clip mean the same in both domains
-        continuous_bound = not self.discrete and self.reward_kind == "bound"
-        self.reward_scale = 1.0 / process.grid if continuous_bound else 1.0
+        # one grid cell's share of the bound (1 on the chain: a step's KL; 1 / grid in continuous time, where the
+        # ELBO integrand is per unit of t), so that entropy_coef and policy_grad_clip mean the same in both domains
+        self.reward_scale = self.time.cell_share if self.reward_kind == "bound" else 1.0
         self.probe = batch_size if cfg.probe_batch_size == -1 else cfg.probe_batch_size
 
     def init(self, key, x0):
@@ -233,7 +194,7 @@ class AdaptiveSampler(Sampler):
             y=jnp.zeros((self.cfg.buffer_size,), jnp.float32),
             count=jnp.zeros((), jnp.int32),
             # the reference's initial S = {0, 1, 2}; in continuous time the first grid times
-            S=jnp.arange(n, dtype=jnp.int32) if self.discrete else self.grid[:n],
+            S=self.time.first(self.grid, n),
             updates=jnp.zeros((), jnp.int32),
             reward=zero,
             policy_loss=zero,
@@ -247,17 +208,13 @@ class AdaptiveSampler(Sampler):
     def sample(self, state, key, x0):
         a, b = self.policy.apply(state["policy"], x0)
         u = sample_u(key, a, b)
-        t = u_to_t(u, self.T) if self.discrete else u
+        t = self.time.from_unit(u, "nearest")  # the reference's round(u (T - 1)) on the chain
         aux = dict(u=u, alpha=a, beta=b)
         eps = self.cfg.uniform_mix
         if eps > 0:
             k_mix, k_uniform = jax.random.split(jax.random.fold_in(key, 1))
             uniform = jax.random.uniform(k_mix, t.shape) < eps
-            if self.discrete:
-                drawn = jax.random.randint(k_uniform, t.shape, 0, self.T, jnp.int32)
-            else:
-                drawn = jax.random.uniform(k_uniform, t.shape, jnp.float32)
-            t = jnp.where(uniform, drawn, t)
+            t = jnp.where(uniform, self.time.uniform(k_uniform, t.shape[0]), t)
             aux["from_policy"] = ~uniform
         weights = self.importance_weights(a, b, t) if self.cfg.importance_weights else jnp.ones_like(u)
         return t, weights, aux
@@ -265,12 +222,10 @@ class AdaptiveSampler(Sampler):
     def importance_weights(self, a, b, t):
         """1 / (T p(t)) on the chain, p the (mixed) policy's probability of t's rounding bin floored at
         MIN_BIN_MASS / T; in continuous time 1 / p(t), p the (mixed) Beta density floored at MIN_BIN_MASS. [N]."""
-        eps = self.cfg.uniform_mix
-        if self.discrete:
-            p = (1.0 - eps) * bin_mass(a, b, t, self.T) + eps / self.T
-            return 1.0 / (self.T * jnp.maximum(p, MIN_BIN_MASS / self.T))
-        p = (1.0 - eps) * jnp.exp(beta_log_prob(t, a, b)) + eps
-        return 1.0 / jnp.maximum(p, MIN_BIN_MASS)
+        eps, n = self.cfg.uniform_mix, self.time.cells  # n: T on the chain, 1 in continuous time
+        q = self.time.probability(t, lambda x: betainc(a, b, x), lambda x: beta_log_prob(x, a, b))
+        p = (1.0 - eps) * q + eps / n
+        return 1.0 / (n * jnp.maximum(p, MIN_BIN_MASS / n))
 
     # -- the policy-update branch -------------------------------------------------------------------------------
     def _probe_rows(self, x):
@@ -359,7 +314,7 @@ class AdaptiveSampler(Sampler):
         count = state["count"] + 1
         S, f_top = self._select(X, y, count, state["S"])
         decay = self.cfg.reward_baseline
-        mass = bins_mass(ctx.aux["alpha"], ctx.aux["beta"], self.T, self.cfg.density_bins, self.discrete)
+        mass = bins_mass(ctx.aux["alpha"], ctx.aux["beta"], self.time.unit_edges(self.cfg.density_bins))
         density = jnp.mean(mass, axis=0)
         return dict(
             policy=policy,

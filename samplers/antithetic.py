@@ -20,7 +20,4 @@ class AntitheticSampler(Sampler):
     def sample(self, state, key, x0):
         B = x0.shape[0]
         u = jnp.mod(jax.random.uniform(key, ()) + jnp.arange(B, dtype=jnp.float32) / B, 1.0)
-        if not self.discrete:
-            return u, jnp.ones((B,), jnp.float32), {}
-        t = jnp.minimum(jnp.floor(u * self.T), self.T - 1).astype(jnp.int32)
-        return t, jnp.ones((B,), jnp.float32), {}
+        return self.time.from_unit(u, "floor"), jnp.ones((B,), jnp.float32), {}

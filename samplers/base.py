@@ -2,7 +2,7 @@
 
 A sampler is one module: a Sampler subclass with a `name`, its own config fields (`FIELDS`, see core/registry.py)
 and `@SAMPLERS.register`. Its constructor receives its own sub-config (config.sampler.<name>), the diffusion process
-(the time domain: T = process.num_timesteps, or t in [0, 1] when process.discrete is False) and the global batch
+(whose time domain, process.time, answers what the sampler asks about time: diffusion/time.py) and the global batch
 size, never the whole config.
 
 A sampler turns a sampler state (a pytree carried in the train state) into timesteps and per-example loss weights,
@@ -18,6 +18,7 @@ objective). They are separate from the loss weighting (weightings/), which depen
 """
 
 import dataclasses
+import functools
 from typing import Any, Callable, Dict, Tuple
 
 import jax
@@ -25,6 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.registry import NESTED, Need, Registry
+from diffusion.time import cdf_of, inverse_cdf
 
 SAMPLERS = Registry("sampler", NESTED)
 
@@ -70,7 +72,7 @@ class Sampler:
 
     name = "base"
     FIELDS: Dict[str, Any] = {}
-    # Whether the sampler has a meaning in continuous time (process.discrete False: t float32 in [0, 1]), and whether
+    # Whether the sampler has a meaning in continuous time (process.time: t float32 in [0, 1]), and whether
     # it maps noise levels to times through the process's inverse log SNR; `needs` turns both into what it asks of
     # the process, which validation checks against what the process offers (one line when it lacks one).
     continuous = False
@@ -88,8 +90,8 @@ class Sampler:
         self.cfg = cfg  # this sampler's own sub-config
         self.process = process
         self.batch_size = batch_size
-        self.discrete = process.discrete
-        self.T = process.grid  # T timesteps, or a continuous process's grid
+        self.time = process.time  # the time domain (diffusion/time.py)
+        self.T = process.time.size  # T timesteps, or a continuous process's grid
 
     def init(self, key, x0) -> Any:
         return {}
@@ -121,19 +123,6 @@ class Sampler:
         return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))
 
 
-def inverse_cdf(key, cdf, n: int):
-    """n timesteps drawn with P(t) = cdf[t] - cdf[t - 1]: [n] int32. cdf: [T], non-decreasing, last entry 1."""
-    u = jax.random.uniform(key, (n,), jnp.float32)
-    t = jnp.searchsorted(cdf, u, side="right")
-    return jnp.minimum(t, cdf.shape[0] - 1).astype(jnp.int32)
-
-
-def cdf_of(p):
-    """Cumulative sum normalised so that the last entry is exactly 1 (float32 rounding would leave it below)."""
-    c = jnp.cumsum(p)
-    return c / c[-1]
-
-
 class TableSampler(Sampler):
     """A sampler whose timestep distribution is a table p [T] (fixed or computed from its state).
 
@@ -158,19 +147,24 @@ class TableSampler(Sampler):
 
 
 class FixedTableSampler(TableSampler):
-    """A TableSampler with a table fixed at construction: subclasses define `table(cfg, process)` (float64)."""
+    """A TableSampler with a table fixed at construction: subclasses define `table(cfg, process)` (float64), built
+    on the host the first time it is asked for (only a discrete domain asks: process.time.draw)."""
 
     @classmethod
     def table(cls, cfg, process) -> np.ndarray:
         raise NotImplementedError
 
-    def __init__(self, cfg, process, batch_size):
-        super().__init__(cfg, process, batch_size)
-        if not self.discrete:  # a continuous-time sampler of this kind draws t itself (its `sample`)
-            return
-        self.p64 = self.table(cfg, process)
-        self.p = jnp.asarray(self.p64, jnp.float32)
-        self._cdf = jnp.asarray(np.cumsum(self.p64) / np.sum(self.p64), jnp.float32)  # in float64, then rounded
+    @functools.cached_property
+    def p64(self):
+        return self.table(self.cfg, self.process)
+
+    @functools.cached_property
+    def p(self):
+        return jnp.asarray(self.p64, jnp.float32)
+
+    @functools.cached_property
+    def _cdf(self):
+        return jnp.asarray(np.cumsum(self.p64) / np.sum(self.p64), jnp.float32)  # in float64, then rounded
 
     def probabilities(self, state):
         return self.p

@@ -2,7 +2,8 @@
 InfoNoise): a density over the noise level kept as a histogram in log SNR whose bin masses follow running averages
 of a per-example quantity measured in each bin.
 
-Bins. `num_bins` equal bins of lambda = log SNR between the largest and the smallest lambda of the time domain:
+Bins. `num_bins` equal bins of lambda = log SNR between the largest and the smallest lambda of the time domain, which
+the process's time domain builds (process.time.logsnr_bins: diffusion/time.py ChainBins, IntervalBins):
 - discrete (DDPM chain, T steps): the chain's lambda_t (a zero-terminal step's -inf counts as the smallest finite
   one); bin b holds the n_b timesteps whose lambda falls in it (bins may be empty); its measure under uniform t is
   mu_b = n_b / T;
@@ -30,10 +31,10 @@ the nearest-bin fill and the warm-up mass; the running mean as an exponential av
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from core.fields import Int, Num
-from samplers.base import TableSampler, cdf_of, inverse_cdf
+from diffusion.time import continuous_edges, logsnr_range  # noqa: F401 (the bins' edges, importable from here)
+from samplers.base import TableSampler
 
 HISTOGRAM_FIELDS = dict(
     num_bins=Int(100, 1, "T"),  # log-SNR bins of the histogram
@@ -42,35 +43,6 @@ HISTOGRAM_FIELDS = dict(
     # the share of the measure of t the seen bins must hold before the density leaves uniform
     warmup_mass=Num(0.99, 0.0, 1.0, lo_open=True),
 )
-
-
-def logsnr_bins(logsnr: np.ndarray, num_bins: int) -> np.ndarray:
-    """The bin (0 .. num_bins - 1) of each timestep of a chain with log SNRs `logsnr` [T] (float64; -inf allowed at
-    a zero-terminal end): equal bins between the extreme finite values. [T] int64."""
-    finite = logsnr[np.isfinite(logsnr)]
-    lam = np.clip(logsnr, finite.min(), finite.max())
-    lo, hi = finite.min(), finite.max()
-    b = np.floor((lam - lo) / (hi - lo) * num_bins).astype(np.int64)
-    return np.clip(b, 0, num_bins - 1)
-
-
-def logsnr_range(process, num_bins: int) -> np.ndarray:
-    """In continuous time, the num_bins + 1 equally spaced log SNRs of the bin edges, from lambda(0.5 / grid) down to
-    lambda(1 - 0.5 / grid): [num_bins + 1] float64, decreasing."""
-    h = 0.5 / process.grid
-    ends = np.asarray(process.logsnr(jnp.asarray([h, 1.0 - h], jnp.float32)), np.float64)
-    return np.linspace(ends[0], ends[1], num_bins + 1)
-
-
-def continuous_edges(process, num_bins: int) -> np.ndarray:
-    """The times of the bin edges in continuous time, increasing, 0 first and 1 last: [num_bins + 1] float64. Bin b
-    is [edges[b], edges[b + 1]), its log SNR between the (num_bins - b)-th and (num_bins - b - 1)-th of num_bins + 1
-    equal steps from the largest lambda to the smallest (module docstring)."""
-    lam = logsnr_range(process, num_bins)
-    t = np.asarray(process.t_of_logsnr(jnp.asarray(lam, jnp.float32)), np.float64)
-    t = np.maximum.accumulate(np.clip(t, 0.0, 1.0))
-    t[0], t[-1] = 0.0, 1.0
-    return t
 
 
 def nearest_seen(values, seen):
@@ -96,22 +68,10 @@ class HistogramSampler(TableSampler):
 
     def __init__(self, cfg, process, batch_size):
         super().__init__(cfg, process, batch_size)
-        nb = cfg.num_bins
-        if self.discrete:
-            lam = process.logsnr_np()
-            bins = logsnr_bins(lam, nb)
-            self.bin_of = jnp.asarray(bins, jnp.int32)  # [T]
-            self.sizes = jnp.asarray(np.bincount(bins, minlength=nb), jnp.float32)  # n_b
-            self.mu64 = np.bincount(bins, minlength=nb) / process.num_timesteps
-            finite = lam[np.isfinite(lam)]
-            lam_edges = np.linspace(finite.min(), finite.max(), nb + 1)  # bin b: increasing lambda
-        else:
-            edges = continuous_edges(process, nb)
-            self.edges = jnp.asarray(edges, jnp.float32)
-            self.mu64 = np.diff(edges)
-            lam_edges = logsnr_range(process, nb)  # bin b: increasing t, decreasing lambda
+        self.bins = process.time.logsnr_bins(process, cfg.num_bins)  # the domain's log-SNR bins (diffusion/time.py)
+        self.mu64 = self.bins.mu64
         self.mu = jnp.asarray(self.mu64, jnp.float32)  # each bin's measure under uniform t
-        self.bin_logsnr64 = 0.5 * (lam_edges[1:] + lam_edges[:-1])  # the middle of each bin's log SNR
+        self.bin_logsnr64 = self.bins.logsnr_mid64  # the middle of each bin's log SNR
 
     def init(self, key, x0):
         nb = self.cfg.num_bins
@@ -126,10 +86,7 @@ class HistogramSampler(TableSampler):
 
     # -- the density ---------------------------------------------------------------------------------------------
     def bin_index(self, t):
-        if self.discrete:
-            return self.bin_of[t]
-        b = jnp.searchsorted(self.edges[1:-1], t, side="right")
-        return jnp.clip(b, 0, self.cfg.num_bins - 1).astype(jnp.int32)
+        return self.bins.index(t)
 
     def ready(self, state):
         nonempty = self.mu > 0
@@ -153,25 +110,16 @@ class HistogramSampler(TableSampler):
 
     def probabilities(self, state):
         """p(t) on the chain: [T] (discrete only)."""
-        q = self.bin_probabilities(state)
-        return q[self.bin_of] / jnp.maximum(self.sizes[self.bin_of], 1.0)
+        return self.bins.step_probabilities(self.bin_probabilities(state))
 
     def density(self, state, t):
-        """In continuous time, the density p(t) [B] of each t [B]."""
-        b = self.bin_index(t)
-        return self.bin_probabilities(state)[b] / self.mu[b]
+        """The density of each t [B] relative to uniform t: p(t) in continuous time, T p(t) on the chain."""
+        return self.bins.density(self.bin_probabilities(state), t)
 
     def sample(self, state, key, x0):
         B = x0.shape[0]
-        if self.discrete:
-            return super().sample(state, key, x0)
-        k_bin, k_within = jax.random.split(key)
-        q = self.bin_probabilities(state)
-        b = inverse_cdf(k_bin, cdf_of(q), B)
-        lo, hi = self.edges[b], self.edges[b + 1]
-        t = jnp.clip(lo + (hi - lo) * jax.random.uniform(k_within, (B,), jnp.float32), 0.0, 1.0)
-        w = self.mu[b] / q[b] if self.importance else jnp.ones((B,), jnp.float32)
-        return t, w, {}
+        t, ratio = self.bins.draw(key, self.bin_probabilities(state), B)
+        return t, ratio if self.importance else jnp.ones((B,), jnp.float32), {}
 
     def update(self, state, ctx):
         b = self.bin_index(ctx.t)

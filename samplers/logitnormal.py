@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.fields import Choice, Int, Num
-from samplers.base import SAMPLERS, FixedTableSampler, inverse_cdf
+from samplers.base import SAMPLERS, FixedTableSampler
 
 SHIFT_RULES = ("fixed", "sd3", "flux")
 
@@ -75,12 +75,15 @@ class LogitNormalSampler(FixedTableSampler):
     def sample(self, state, key, x0):
         B = x0.shape[0]
         a = self.shift_of(x0)
-        if self.discrete:
+
+        def cdf():  # the chain's table at the steps' levels
             if a == 1.0:
-                return super().sample(state, key, x0)
+                return self.cdf(state)
             p = self.table(self.cfg, self.process, a)
-            cdf = jnp.asarray(np.cumsum(p) / np.sum(p), jnp.float32)
-            return inverse_cdf(key, cdf, B), jnp.ones((B,), jnp.float32), {}
-        mean = self.cfg.mean + np.log(a)
-        n = jax.nn.sigmoid(mean + self.cfg.std * jax.random.normal(key, (B,), jnp.float32))
-        return self.process.t_of_sigma(n), jnp.ones((B,), jnp.float32), {}
+            return jnp.asarray(np.cumsum(p) / np.sum(p), jnp.float32)
+
+        def exact(key, n):  # continuous time: the level drawn, its time by the process's inverse
+            level = jax.nn.sigmoid(self.cfg.mean + np.log(a) + self.cfg.std * jax.random.normal(key, (n,), jnp.float32))
+            return self.process.t_of_sigma(level)
+
+        return self.time.draw(key, B, cdf, exact), jnp.ones((B,), jnp.float32), {}

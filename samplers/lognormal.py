@@ -7,8 +7,9 @@ p(t) = Phi((ln hi_t - mean) / std) - Phi((ln lo_t - mean) / std), lo_0 = 0 and h
 the chain's largest one lands on the last step, one below the smallest on step 0. Loss weight 1 (EDM trains at
 these noise levels deliberately; its loss weight is a separate axis).
 
-Continuous time: sigma = exp(ln sigma) is EDM's noise level, the inverse square root of the SNR, so
-log SNR = -2 ln sigma and t = process.t_of_logsnr(-2 ln sigma) (clipped into [0, 1] beyond a VP schedule's ends;
+Both domains: sigma = exp(ln sigma) is EDM's noise level, the inverse square root of the SNR, so
+log SNR = -2 ln sigma and t = process.t_of_logsnr(-2 ln sigma): on the chain the nearest step above (ddpm.py), in
+continuous time (clipped into [0, 1] beyond a VP schedule's ends;
 for flow matching t = sigma / (1 + sigma)). Exact: no nearest-step rounding.
 """
 
@@ -49,16 +50,8 @@ class LogNormalSampler(FixedTableSampler):
     def table(cls, cfg, process):
         return lognormal_probabilities(sigmas(process), cfg.mean, cfg.std)
 
-    def __init__(self, cfg, process, batch_size):
-        super().__init__(cfg, process, batch_size)
-        if not self.discrete:
-            return
-        self.log_edges = jnp.asarray(np.log(cell_edges(sigmas(process))), jnp.float32)
-
     def sample(self, state, key, x0):
         B = x0.shape[0]
         log_sigma = self.cfg.mean + self.cfg.std * jax.random.normal(key, (B,), jnp.float32)
-        if not self.discrete:
-            return self.process.t_of_logsnr(-2.0 * log_sigma), jnp.ones((B,), jnp.float32), {}
-        t = jnp.searchsorted(self.log_edges, log_sigma, side="left").astype(jnp.int32)  # midpoints below sigma
-        return t, jnp.ones((B,), jnp.float32), {}
+        # on the chain the step of the nearest sigma (module docstring), in continuous time exact
+        return self.process.t_of_logsnr(-2.0 * log_sigma), jnp.ones((B,), jnp.float32), {}

@@ -13,6 +13,8 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import betaln, digamma
 
+from diffusion.time import DiscreteTime
+
 U_EPS = 1e-6  # u is clipped into (U_EPS, 1 - U_EPS) before its log-density
 
 
@@ -46,8 +48,8 @@ def beta_entropy(a, b):
 
 
 def u_to_t(u, num_timesteps: int):
-    """t = round(u (T - 1)), as int32."""
-    return jnp.round(u * (num_timesteps - 1)).astype(jnp.int32)
+    """t = round(u (T - 1)), as int32: the chain's "nearest" rounding (diffusion/time.py DiscreteTime.from_unit)."""
+    return DiscreteTime(num_timesteps).from_unit(u, "nearest")
 
 
 def sample_u(key, a, b):

@@ -1,6 +1,5 @@
 """Uniform timesteps: t ~ U{0, ..., T-1}, weight 1 (Ho et al. 2020); in continuous time t ~ U[0, 1) (VDM, SiT)."""
 
-import jax
 import jax.numpy as jnp
 
 from samplers.base import SAMPLERS, Sampler
@@ -13,7 +12,4 @@ class UniformSampler(Sampler):
 
     def sample(self, state, key, x0):
         B = x0.shape[0]
-        if not self.discrete:
-            return jax.random.uniform(key, (B,), jnp.float32), jnp.ones((B,), jnp.float32), {}
-        t = jax.random.randint(key, (B,), 0, self.T, dtype=jnp.int32)
-        return t, jnp.ones((B,), jnp.float32), {}
+        return self.time.uniform(key, B), jnp.ones((B,), jnp.float32), {}

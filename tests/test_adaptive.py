@@ -439,6 +439,7 @@ def test_geometric_sweep_grid_and_the_policy_density_diagnostics():
     from scipy import stats as st
 
     from diffusion.gaussian import stratum_edges
+    from diffusion.time import DiscreteTime
     from samplers.adaptive import bins_mass, sweep_grid
 
     even, geo = np.asarray(sweep_grid(1000, 20)), np.asarray(sweep_grid(1000, 20, "geometric"))
@@ -446,7 +447,7 @@ def test_geometric_sweep_grid_and_the_policy_density_diagnostics():
     assert list(geo[:4]) == [0, 1, 2, 3] and list(geo[1:]) == list(stratum_edges(1000, 49)[:-1])
     # each image's mass per t-bin (t * 10 // 1000) from the Beta CDF at the bins' rounding edges
     a, b = jnp.array([2.0, 0.5]), jnp.array([3.0, 0.7])
-    mass = np.asarray(bins_mass(a, b, 1000, 10))
+    mass = np.asarray(bins_mass(a, b, DiscreteTime(1000).unit_edges(10)))
     edges = np.clip((np.arange(0, 1001, 100) - 0.5) / 999, 0, 1)
     want = np.diff(st.beta.cdf(edges[None], np.array([[2.0], [0.5]]), np.array([[3.0], [0.7]])), axis=1)
     np.testing.assert_allclose(mass, want, rtol=1e-4, atol=1e-6)

@@ -242,7 +242,7 @@ def test_adaptive_noise_histogram_density_and_weights_by_hand():
     lam = np.log(ab / (1 - ab))
     edges = np.linspace(lam.min(), lam.max(), nb + 1)
     bins = np.clip(np.searchsorted(edges, lam, side="right") - 1, 0, nb - 1)
-    np.testing.assert_array_equal(np.asarray(sampler.bin_of), bins)
+    np.testing.assert_array_equal(np.asarray(sampler.bins.bin_of), bins)
     n_b = np.bincount(bins, minlength=nb)
     update = histogram_update(sampler)
     state = sampler.init(None, None)
@@ -289,7 +289,7 @@ def test_adaptive_noise_equal_loss_gives_uniform_t_in_every_domain(domain):
     process = make_process(c.diffusion)
     sampler = make_sampler(c.sampler, process, 16)
     if domain == "ddpm":
-        sizes = np.asarray(sampler.sizes)
+        sizes = np.asarray(sampler.bins.sizes)
         assert sizes[sizes > 0].max() / sizes[sizes > 0].min() >= 20  # the bins hold 1 to 20 steps
     B = 8192
     state = sampler.init(None, None)

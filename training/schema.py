@@ -104,10 +104,8 @@ def active_fields(config) -> dict:
 def time_grid(config):
     """(T, where it comes from): a discrete process's timesteps, or a continuous one's grid (the resolution of
     [0, 1] that grids and bin counts are bounded by)."""
-    d = config.diffusion
-    if "num_timesteps" in d:
-        return d.num_timesteps, "config.diffusion.num_timesteps"
-    return d.grid, "config.diffusion.grid"
+    field = PROCESSES[config.diffusion.name].time_field  # the process says which of its fields it is
+    return config.diffusion[field], f"config.diffusion.{field}"
 
 
 def context(config, devices=None) -> Context:

@@ -94,7 +94,7 @@ def init_state(model, tx, sampler, key, batch_shape, process=None, weighting=Non
     t = jnp.zeros((x.shape[0],), jnp.int32)
     y = jnp.zeros((1,), jnp.int32) if getattr(model, "num_classes", 0) else None
     params = model.init(k_model, x[:1], t[:1], y)
-    if process is not None and hasattr(process, "init_params"):
+    if process is not None:
         params = process.init_params(jax.random.fold_in(key, 0x5C4ED), params)
     if weighting is not None and hasattr(weighting, "init_params"):
         params = weighting.init_params(jax.random.fold_in(key, 0x3E16), params)

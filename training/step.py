@@ -152,7 +152,7 @@ def make_train_step(
         # Parameters can be finite yet so large that the next forward pass overflows (an absurd learning rate):
         # a norm beyond float32 catches them at the step that made them, before they are checkpointed.
         param_norm = optax.tree.norm(params)
-        bins = process.time_bins(t, nbins)
+        bins = process.time.bins(t, nbins)
         metrics = dict(
             loss=loss,
             mse=jnp.mean(mse),

@@ -37,11 +37,6 @@ FLAGS = (
 )
 
 
-def time_extent(process):
-    """The time axis of the pictures: 0..T on the DDPM chain, 0..1 in continuous time."""
-    return process.num_timesteps if process.discrete else 1.0
-
-
 def summarise(window, first_step):
     """Host-side summary of a window of per-step metrics: (first non-finite step, what was non-finite, None) or
     (None, None, (scalars, arrays))."""
@@ -282,5 +277,5 @@ class Loop:
             return
         path = os.path.join(self.workdir, "samples", f"step_{int(state.step):07d}.png")
         report.save_grid(images, path)
-        pics = report.timestep_pictures(self.metrics_path, self.workdir, time_extent(self.setup.process))
+        pics = report.timestep_pictures(self.metrics_path, self.workdir, self.setup.process.time.extent)
         print(f"Samples: {path}" + "".join(f"\nPicture: {p}" for p in pics), flush=True)

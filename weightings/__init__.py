@@ -8,24 +8,14 @@ same interface whose `loss` reads its parameters from the model's variables and 
 Adding one: a module registered with `@WEIGHTINGS.register` (docs/extending.md#a-weighting); import it here to ship it.
 """
 
-import jax.numpy as jnp
-
 from weightings import min_snr, none, p2, speed, uncertainty
-from weightings.base import WEIGHTINGS, FixedWeighting, Weighting
+from weightings.base import WEIGHTINGS, Weighting
 
 
 def make_weighting(weighting_cfg, process):
     """The weighting config.weighting names, applied to the process: w(t [B]) -> [B] float32 and loss(params, t,
-    mse) -> [B], the per-example objective before the sampler's importance weight (FixedWeighting; a learned one's
-    `applied`)."""
-    cls = WEIGHTINGS[weighting_cfg.name]
-    own = WEIGHTINGS.own_config(weighting_cfg)
-    if hasattr(cls, "applied"):
-        return cls.applied(own, process)
-    if not process.discrete:
-        return FixedWeighting(lambda t: cls.of_path(own, *process.path_coefs(t)).astype(jnp.float32))
-    table = jnp.asarray(cls.table(own, process), jnp.float32)
-    return FixedWeighting(lambda t: table[t])
+    mse) -> [B], the per-example objective before the sampler's importance weight (Weighting.applied)."""
+    return WEIGHTINGS[weighting_cfg.name].applied(WEIGHTINGS.own_config(weighting_cfg), process)
 
 
 __all__ = ["Weighting", "WEIGHTINGS", "make_weighting", "min_snr", "none", "p2", "speed", "uncertainty"]

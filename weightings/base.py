@@ -1,6 +1,6 @@
 """The loss-weighting contract and registry (see weightings/__init__.py).
 
-Continuous time (process.discrete False): a weighting with `continuous = True` gives `of_path(cfg, alpha, sigma,
+Continuous time (process.time a ContinuousTime): a weighting with `continuous = True` gives `of_path(cfg, alpha, sigma,
 c1, c2)` -> w [B] (jnp), from the path's coefficients at each example's t (x_t = alpha x0 + sigma eps) and the
 target's (c1 x0 + c2 eps; process.path_coefs). The equivalence that carries a weighting between targets and
 processes: at fixed x_t an error d in x0 is an error -(alpha / sigma) d in eps, so the target's error is
@@ -36,6 +36,14 @@ class Weighting:
         continuous form, and a fixed schedule (a learned one trains on the ELBO itself, unweighted)."""
         out = [] if cls.continuous else [Need("discrete")]
         return out + [Need("fixed_schedule", why="the loss is the ELBO itself", allowed="none")]
+
+    @classmethod
+    def applied(cls, cfg, process):
+        """The weighting applied to the process (FixedWeighting): its time domain turns the weighting into a
+        lookup of `table` on the chain and `of_path` of the path's coefficients in continuous time
+        (diffusion/time.py weights). A weighting with parameters of its own overrides this."""
+        weights = process.time.weights(process, lambda: cls.table(cfg, process), lambda *c: cls.of_path(cfg, *c))
+        return FixedWeighting(weights)
 
     @classmethod
     def table(cls, cfg, process) -> np.ndarray:

@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.fields import Int
-from weightings.base import WEIGHTINGS, Weighting, snr
+from weightings.base import WEIGHTINGS, Weighting
 
 LAMBDA_CLIP = 30.0
 
@@ -58,13 +58,7 @@ class LearnedUncertainty:
         self.nu = jnp.asarray(rng.standard_normal(cfg.channels), jnp.float32)
         self.phi = jnp.asarray(rng.random(cfg.channels), jnp.float32)
         self.channels = cfg.channels
-        if process.discrete:
-            with np.errstate(divide="ignore"):
-                lam = np.log(snr(process))
-            table = jnp.asarray(np.clip(lam, -LAMBDA_CLIP, LAMBDA_CLIP), jnp.float32)
-            self.logsnr = lambda t: table[t]
-        else:
-            self.logsnr = lambda t: jnp.clip(process.logsnr(t), -LAMBDA_CLIP, LAMBDA_CLIP)
+        self.logsnr = lambda t: jnp.clip(process.logsnr(t), -LAMBDA_CLIP, LAMBDA_CLIP)
 
     def __call__(self, t):
         return jnp.ones(jnp.shape(t), jnp.float32)
