@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
 
 import numpy as np
@@ -300,3 +301,46 @@ def test_a_stop_signal_landing_on_another_thread_does_not_fail_its_blocking_c_ca
     a.close()
     b.close()
     assert out["n"] == 1, f"recv failed with errno {out['errno']} (EINTR is {__import__('errno').EINTR})"
+
+
+def test_orbax_errors_collected_after_a_failed_read_are_silent_and_others_still_reported(tmp_path):
+    """After a failed block of _quiet_orbax, an error raised in orbax's code that nobody retrieves (a coroutine of
+    the failed read, collected later: Python hands it to sys.unraisablehook) goes nowhere; one from other code
+    still reaches the hook that was there before; after a good block the hooks are back as they were. The 'orbax'
+    frame is real code compiled under a path with an orbax folder."""
+    import gc
+    import logging
+
+    from absl import logging as absl_logging
+
+    from training.checkpoint import _quiet_orbax
+
+    def leaking(folder):  # an object whose __del__ raises, its code in `folder`/leak.py
+        scope = {}
+        code = "class Leak:\n    def __del__(self):\n        raise ValueError('read failed')\n"
+        exec(compile(code, str(tmp_path / folder / "leak.py"), "exec"), scope)
+        return scope["Leak"]()
+
+    saved = sys.unraisablehook, threading.excepthook, sys.excepthook
+    verbosity, aio = absl_logging.get_verbosity(), logging.getLogger("asyncio").level
+    reported = []
+    sys.unraisablehook = lambda u: reported.append(u.exc_value)
+    try:
+        with pytest.raises(KeyError), _quiet_orbax():
+            raise KeyError("a failed read")
+        leak = leaking("orbax")
+        del leak
+        gc.collect()
+        assert reported == []
+        other = leaking("elsewhere")
+        del other
+        gc.collect()
+        assert [str(e) for e in reported] == ["read failed"]
+        sys.unraisablehook = recorder = lambda u: None
+        with _quiet_orbax():
+            pass
+        assert sys.unraisablehook is recorder
+    finally:  # the failed block left its hooks and levels in place, as it should: put them back
+        sys.unraisablehook, threading.excepthook, sys.excepthook = saved
+        absl_logging.set_verbosity(verbosity)
+        logging.getLogger("asyncio").setLevel(aio)

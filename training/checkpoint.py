@@ -17,6 +17,7 @@ folder and renames it when complete, so the checkpoints before it stay intact an
 
 import contextlib
 import json
+import os
 
 import jax
 import numpy as np
@@ -136,7 +137,6 @@ class CheckpointWriteFailed(RuntimeError):
 
 def free_space(path) -> str:
     """'X MiB free of Y MiB' on the file system of `path` (a local path, or its nearest existing parent)."""
-    import os
     import shutil
 
     path = str(path)
@@ -189,17 +189,30 @@ def _quiet_orbax():
     hooks()
 
 
+def _from_orbax(e: BaseException) -> bool:
+    """Whether an exception was raised in orbax's or TensorStore's code (a frame of its traceback is theirs)."""
+    tb = e.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if f"{os.sep}orbax{os.sep}" in name or f"{os.sep}tensorstore{os.sep}" in name:
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _ignore_closed_loop_errors():
-    """Route RuntimeError('Event loop is closed'), raised in threads and callbacks, nowhere, others as before;
-    returns the function that puts the hooks back."""
+    """Route RuntimeError('Event loop is closed'), raised in threads and callbacks, and orbax's own errors that
+    nobody retrieves (a coroutine or task of a failed read collected later: 'Exception ignored in: <coroutine ...>'
+    with its traceback) nowhere, others as before; returns the function that puts the hooks back."""
     import sys
     import threading
 
     closed = lambda e: isinstance(e, RuntimeError) and str(e) == "Event loop is closed"
+    stray = lambda e: closed(e) or _from_orbax(e)  # never the main thread's own uncaught error
     hooks = sys.unraisablehook, sys.excepthook, threading.excepthook
-    sys.unraisablehook = lambda u: None if closed(u.exc_value) else hooks[0](u)
+    sys.unraisablehook = lambda u: None if stray(u.exc_value) else hooks[0](u)
     sys.excepthook = lambda t, v, tb: None if closed(v) else hooks[1](t, v, tb)
-    threading.excepthook = lambda a: None if closed(a.exc_value) else hooks[2](a)
+    threading.excepthook = lambda a: None if stray(a.exc_value) else hooks[2](a)
 
     def restore():
         sys.unraisablehook, sys.excepthook, threading.excepthook = hooks
@@ -209,7 +222,6 @@ def _ignore_closed_loop_errors():
 
 def _write_reason(e: BaseException) -> str:
     """The OS error and the file of a failed TensorStore write, else _reason."""
-    import os
     import re
 
     text = "".join(str(x) for x in (e, e.__cause__, e.__context__) if x is not None)
