@@ -72,8 +72,9 @@ class Process(abc.ABC):
         raise NotImplementedError(f"the process {self.name!r} has no inverse of its log SNR")
 
     def t_of_sigma(self, n):
-        """The time whose variance-preserving noise level sqrt(sigmoid(-log SNR)) is n [B], in (0, 1): [B]. Only
-        where `invertible` (the logit-normal sampler's variable)."""
+        """The time whose noise level is n [B], in (0, 1): [B]. The level is the logit-normal sampler's variable:
+        the variance-preserving sqrt(sigmoid(-log SNR)) on a VP path, a chain and EDM, t itself on a flow (SD3's
+        sampler). Only where `invertible`."""
         raise NotImplementedError(f"the process {self.name!r} has no inverse of its noise level")
 
     @abc.abstractmethod
@@ -85,6 +86,15 @@ class Process(abc.ABC):
     @abc.abstractmethod
     def x0_mse_factor(self, t):
         """F(t) [B]: the target's MSE is F times the x0-MSE at the same x_t (eps: SNR; x0: 1; weightings/base.py)."""
+
+    def x0_mse_factor_per_snr(self, t):
+        """F(t) / SNR(t) [B]: the objective's weight on the x0-MSE relative to the bound's (eps: 1; x0: 1 / SNR; a
+        flow's velocity: 1 / (1 - t)^2), finite at a data end where SNR is infinite (t = 0 exactly, a possible float
+        draw in continuous time), where the quotient would be inf / inf: there it is the limit from path_coefs,
+        (c1 sigma - c2 alpha)^2 / alpha^2 = c2^2. Infinite where alpha = 0 (the noise end)."""
+        F, snr = self.x0_mse_factor(t), jnp.exp(self.logsnr(t))
+        a, s, c1, c2 = self.path_coefs(t)
+        return jnp.where(jnp.isinf(snr), (c1 * s - c2 * a) ** 2 / a**2, F / snr)
 
     # -- discrete-time tables (read only by parts that need "discrete") --------------------------------------------
     def logsnr_np(self):

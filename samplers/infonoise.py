@@ -5,8 +5,9 @@ entropy falls with the noise, at no extra forward passes, leaving the loss and i
 In the variance-exploding coordinate x_sigma = x0 + sigma eps (sigma = exp(-lambda / 2), lambda = log SNR; any
 Gaussian path is one after rescaling by alpha), the conditional-entropy rate per unit of sigma is
 1/2 |d gamma / d sigma| mmse(sigma) with gamma = SNR = sigma^-2 and mmse the x0-MSE of the optimal denoiser; per unit
-of log sigma (equally, of lambda) it is mmse(sigma) / sigma^2. The paper allocates training in proportion to it,
-times a gate that removes the lowest noise levels, where the rate is largest yet training gains little:
+of log sigma (and so of lambda = -2 log sigma) it is proportional to mmse(sigma) / sigma^2. The paper allocates
+training in proportion to it, times a gate that removes the lowest noise levels, where the rate is largest yet
+training gains little:
 
     rho(lambda)  proportional to  SNR m(lambda) g(sigma),   g(sigma) = sigma^n / (sigma^n + c^n)
 
@@ -72,12 +73,11 @@ class InfoNoiseSampler(HistogramSampler):
 
     def values(self, ctx):
         t = ctx.t
-        snr = jnp.exp(self.process.logsnr(t))
         F = self.process.x0_mse_factor(t)
-        safe = lambda d: jnp.where(d > 0, d, 1.0)
+        rel = self.process.x0_mse_factor_per_snr(t)  # finite at t = 0 exactly, where F and SNR are both infinite
         return dict(
-            x0_mse=jnp.where(F > 0, ctx.mse / safe(F), 0.0),
-            rel_weight=jnp.where(snr > 0, ctx.loss_weight * F / safe(snr), 0.0),
+            x0_mse=jnp.where(F > 0, ctx.mse / jnp.where(F > 0, F, 1.0), 0.0),
+            rel_weight=jnp.where(jnp.isfinite(rel), ctx.loss_weight * rel, 0.0),  # 0 where alpha = 0 (pure noise)
         )
 
     def onset(self, m):

@@ -20,7 +20,8 @@ applies it at sampling, this project to the training density).
 
 Continuous time: n = sigmoid(m + s z), z ~ N(0, 1), is the process's noise coefficient sigma_t, and t its time
 (process.t_of_sigma): for flow matching t = n itself (SD3's sampler exactly), for VP the t with sigma_t = n
-(clipped into [0, 1] where n is beyond the schedule's ends), the same variable as on the DDPM chain.
+(clipped into [0, 1] where n is beyond the schedule's ends), the same variable as on the DDPM chain; for EDM the
+t whose variance-preserving level sigma / sqrt(1 + sigma^2) is n (diffusion/edm.py).
 """
 
 import jax

@@ -365,6 +365,36 @@ def test_infonoise_density_on_gaussian_data_matches_the_closed_form(domain):
     assert float(metrics["gate_c"]) == pytest.approx(0.15)
 
 
+@pytest.mark.parametrize("config_module", ["flow", "edm"])
+def test_infonoise_takes_the_data_end_at_its_limit(config_module):
+    """t = 0 exactly (a float draw can be 0): a flow's velocity and EDM's F have F and SNR both infinite there, so
+    F / SNR is the limit c2^2 = 1 from the path's coefficients (a flow's 1 / (1 - t)^2 at t = 0) instead of inf / inf
+    = NaN, which would stay in the bin's running mean and stop the run; the x0-MSE there is 0. At t = 1 (alpha = 0)
+    the relative weight is infinite and the example adds 0, as before."""
+    import importlib
+
+    mod = importlib.import_module(f"configs.{config_module}")
+    c = mod.get_config("infonoise")
+    validate(c)
+    process = make_process(c.diffusion)
+    sampler = make_sampler(c.sampler, process, 4)
+    t = jnp.asarray([0.0, 0.25, 0.5, 1.0], jnp.float32)
+    rel = np.asarray(process.x0_mse_factor_per_snr(t))
+    F, snr = np.asarray(process.x0_mse_factor(t)), np.exp(np.asarray(process.logsnr(t), np.float64))
+    assert np.isinf(F[0]) and np.isinf(snr[0])
+    np.testing.assert_allclose(rel[0], 1.0, rtol=1e-6)
+    np.testing.assert_allclose(rel[1:3], F[1:3] / snr[1:3], rtol=1e-5)  # the quotient where both are finite
+    if config_module == "flow":
+        np.testing.assert_allclose(rel[:3], 1.0 / (1.0 - np.asarray(t[:3])) ** 2, rtol=1e-6)
+    mse = jnp.asarray([0.5, 0.5, 0.5, 0.5], jnp.float32)
+    state, _ = histogram_update(sampler)(sampler.init(None, None), t, mse, jnp.ones((4,)), mse)
+    for k in ("x0_mse", "rel_weight"):
+        assert np.all(np.isfinite(np.asarray(state[k]))), (k, state[k])
+    b = int(sampler.bin_index(t[:1])[0])
+    assert float(state["x0_mse"][b]) == 0.0 and float(state["rel_weight"][b]) == pytest.approx(1.0)
+    assert np.all(np.isfinite(np.asarray(sampler.bin_probabilities(state))))
+
+
 def test_infonoise_automatic_gate_onset_by_hand():
     """gate='auto': c is the largest bin sigma whose rate per unit of sigma, x0-MSE / sigma^3, reaches gate_p of
     the largest; on Gaussian data v sigma^2 / (v + sigma^2) / sigma^3 = v / (sigma (v + sigma^2))."""
