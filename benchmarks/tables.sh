@@ -14,11 +14,15 @@ flow_runs=uniform,logitnormal,infonoise,adaptive_noise,adaptive,adaptive/importa
 ddpm_runs=uniform,adaptive,infonoise,adaptive_noise
 latent_runs=uniform,adaptive,infonoise
 # Pilots first (a finished run is skipped, so the full tables below reuse them): 3 seeds of each table, which size
-# it (samplers.py --size_from), and the 3-seed pilots of the learned sampler's knobs and of SD3's shift.
+# it (samplers.py --size_from), and the 3-seed pilots of the learned sampler's knobs, of SD3's shift and of
+# InfoNoise's automatic gate.
 flow --seeds=0,1,2 --runs=$flow_runs
 flow --seeds=0,1,2 --runs=uniform,adaptive,adaptive/entropy_coef=0.0,adaptive/policy_lr=0.1,logitnormal,logitnormal/shift=3.0
 for f in samplers.md samplers.png policy.png; do cp "$out/bench_flow22/$f" "$out/bench_flow22/knobs_$f"; done
 sed -i 's#(policy.png)#(knobs_policy.png)#' "$out/bench_flow22/knobs_samplers.md"
+# InfoNoise with the automatic gate onset (a public port's reading of the paper's appendix) beside the fixed c = 0.15
+flow --seeds=0,1,2 --runs=uniform,infonoise,infonoise/gate=auto
+for f in samplers.md samplers.png; do cp "$out/bench_flow22/$f" "$out/bench_flow22/gate_$f"; done
 ddpm --seeds=0,1,2 --runs=$ddpm_runs
 # the latent DiT reads the embedded MNIST latents: encoded once
 [ -f latents/mnist/meta.json ] || python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist \
