@@ -17,7 +17,7 @@ latent_runs=uniform,adaptive,infonoise
 # it (samplers.py --size_from), and the 3-seed pilots of the learned sampler's knobs, of SD3's shift and of
 # InfoNoise's automatic gate.
 flow --seeds=0,1,2 --runs=$flow_runs
-flow --seeds=0,1,2 --runs=uniform,adaptive,adaptive/entropy_coef=0.0,adaptive/policy_lr=0.1,logitnormal,logitnormal/shift=3.0
+flow --seeds=0,1,2 --runs=uniform,adaptive,adaptive/entropy_coef=0.001,adaptive/entropy_coef=0.0,adaptive/policy_lr=0.1,logitnormal,logitnormal/shift=3.0
 for f in samplers.md samplers.png policy.png; do cp "$out/bench_flow22/$f" "$out/bench_flow22/knobs_$f"; done
 sed -i 's#(policy.png)#(knobs_policy.png)#' "$out/bench_flow22/knobs_samplers.md"
 # InfoNoise with the automatic gate onset (a public port's reading of the paper's appendix) beside the fixed c = 0.15
