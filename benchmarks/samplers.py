@@ -21,8 +21,10 @@ interrupted benchmark continues where it stopped (an interrupted run resumes fro
 seed by seed (every run of seed 0 first), so that a partial benchmark already has complete pairs. With --jobs=N, N
 runs go at once, each pinned to its own share of the CPU cores (os.sched_setaffinity: one XLA device per core it
 has); every run then trains under the same conditions, and wall-clock columns compare between runs of one
-benchmark, not with a --jobs=1 benchmark. Each run's wall-clock (train and eval) is kept in its bench_seconds.json;
-the table gives their sum.
+benchmark, not with a --jobs=1 benchmark. Each run's wall-clock (train and eval) is kept in its bench_seconds.json,
+rewritten every 15 s while the run goes, so that an invocation that is killed still counts (until 2026-12-02 only
+invocations that finished were counted: a run interrupted before then shows less than it cost); the table gives
+their sum. The output of main.py goes to train.log and eval.log as it runs, a resumed run's after the earlier one's.
 
 Horizon (--horizon_of=WORKDIR, a long uniform run with periodic evaluation): the first periodic evaluation after
 which the bound estimate never falls by more than --tol bits/dim below its value there (the estimate uses the same
@@ -149,6 +151,42 @@ def workdir_of(out, name, seed):
     return os.path.join(out, f"{name.replace('/', '__').replace('=', '-')}_seed{seed}")
 
 
+def timed(cmd, log, path, key, cores=None, every=15.0):
+    """Run cmd (in ROOT, output to the file log, on `cores`) and add its wall-clock to path[key] (a JSON object of
+    seconds, created if absent) every `every` seconds while it runs and once when it ends, so that the time of an
+    invocation that is killed is kept too (up to `every` seconds of it). Returns (exit status, seconds)."""
+    earlier = {}
+    if os.path.exists(path):  # a resumed run: this invocation's time adds to the earlier ones'
+        with open(path) as f:
+            earlier = json.load(f)
+
+    def record(seconds):
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({**earlier, key: earlier.get(key, 0.0) + seconds}, f)
+        os.replace(tmp, path)  # a kill mid-write leaves the previous record, not a truncated one
+
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    t0 = time.perf_counter()
+    with open(log, "a") as out:  # a resumed run's log follows the interrupted invocation's
+        p = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores),
+        )
+        while True:
+            try:
+                rc = p.wait(timeout=every)
+                break
+            except subprocess.TimeoutExpired:
+                record(time.perf_counter() - t0)
+    seconds = time.perf_counter() - t0
+    record(seconds)
+    return rc, seconds
+
+
 def run_one(out, name, sampler, weighting, seed, args, cores=None):
     """Train and evaluate one run in its workdir (skipped when its eval exists), on `cores` (None: all)."""
     weighting, settings = weighting
@@ -170,32 +208,15 @@ def run_one(out, name, sampler, weighting, seed, args, cores=None):
         + [f"--config.sampler.{sampler}.{s}" for s in settings]
         + [f"--config.{s}" for s in args.set]
     )
-    seconds = {}
-    for mode in ("train", "eval"):
-        t0 = time.perf_counter()
-        r = subprocess.run(
-            [sys.executable, os.path.join(ROOT, "main.py"), f"--mode={mode}", *flags],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            preexec_fn=None if cores is None else lambda: os.sched_setaffinity(0, cores),
-        )
-        seconds[mode] = time.perf_counter() - t0
-        with open(os.path.join(wd, f"{mode}.log"), "w") as f:
-            f.write(r.stdout)
-        if r.returncode:
-            sys.exit(
-                f"error: {name} seed {seed} --mode={mode} failed (exit {r.returncode}); log: {wd}/{mode}.log\n"
-                + r.stdout[-2000:]
-            )
-        print(f"{name} seed {seed}: {mode} {seconds[mode]:.0f} s", flush=True)
     path = os.path.join(wd, "bench_seconds.json")
-    if os.path.exists(path):  # a resumed run: add this invocation's time to the earlier ones'
-        with open(path) as f:
-            seconds = {k: v + seconds.get(k, 0.0) for k, v in json.load(f).items()}
-    with open(path, "w") as f:
-        json.dump(seconds, f)
+    for mode in ("train", "eval"):
+        cmd = [sys.executable, os.path.join(ROOT, "main.py"), f"--mode={mode}", *flags]
+        rc, seconds = timed(cmd, os.path.join(wd, f"{mode}.log"), path, mode, cores)
+        if rc:
+            with open(os.path.join(wd, f"{mode}.log"), errors="replace") as f:
+                tail = f.read()[-2000:]
+            sys.exit(f"error: {name} seed {seed} --mode={mode} failed (exit {rc}); log: {wd}/{mode}.log\n" + tail)
+        print(f"{name} seed {seed}: {mode} {seconds:.0f} s", flush=True)
     return wd
 
 

@@ -163,3 +163,40 @@ def test_runs_of_the_new_samplers_parse():
             parse_setting("adaptive", bad)
     with pytest.raises(SystemExit):
         parse_runs("uniform,logitnormal/shift=-1")
+
+
+def test_a_killed_invocations_wall_clock_is_kept_and_a_resumed_one_adds_to_it(tmp_path):
+    """samplers.timed records while the command runs: SIGKILL the benchmark process itself (nothing of it runs after)
+    during a long command, and the time until the last record is in bench_seconds.json; a second invocation adds
+    its own and keeps the other keys. The commands are real child processes."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path, log = str(tmp_path / "run" / "bench_seconds.json"), str(tmp_path / "train.log")
+    code = (
+        "import sys; sys.path.insert(0, '.'); from benchmarks.samplers import timed; "
+        f"timed([sys.executable, '-c', 'import time; print(1, flush=True); time.sleep(60)'], {log!r}, {path!r}, "
+        "'train', every=0.2)"
+    )
+    bench = subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(__file__)))
+    t0 = time.monotonic()
+    while not (os.path.exists(path) and json.load(open(path))["train"] >= 1.0):
+        assert bench.poll() is None and time.monotonic() - t0 < 60, "no record while the command ran"
+        time.sleep(0.1)
+    bench.send_signal(signal.SIGKILL)
+    bench.wait()
+    killed = json.load(open(path))["train"]
+    assert 1.0 <= killed < 60
+    with open(path, "w") as f:  # another key, as the run's eval would have added
+        json.dump({"train": killed, "eval": 2.5}, f)
+
+    from benchmarks.samplers import timed
+
+    rc, seconds = timed([sys.executable, "-c", "import sys, time; time.sleep(0.5); sys.exit(3)"], log, path, "train")
+    assert rc == 3 and 0.5 <= seconds < 30
+    record = json.load(open(path))
+    assert record["eval"] == 2.5 and record["train"] == pytest.approx(killed + seconds)
+    assert open(log).read().startswith("1\n")  # the killed invocation's output kept, the resumed one's after it
