@@ -12,6 +12,10 @@ os.environ["XLA_FLAGS"] = " ".join(
         # LLVM's optimisation of the (partitionable) threefry PRNG dominates compile time on CPU: 8 s for ten
         # random draws at the default level, under 1 s at level 0. Tests compile many small programs and run few steps.
         "--xla_backend_optimization_level=0",
+        # XLA CPU's MLIR fusion emitters compile the tiny default's two train-step programs in 90 s on a loaded core,
+        # the older elemental emitters in 56 s (2026-12-02, a 4-step main.py run: 129 s -> 87 s); the tests compare
+        # programs with each other and with closed forms, never with code from the other emitters.
+        "--xla_cpu_use_fusion_emitters=false",
         # XLA CPU aborts the process (SIGABRT) when a device's thread reaches a collective more than 40 s after the
         # others (rendezvous termination timeout, openxla/xla#32115): with 8 device threads per process on 2 cores
         # and another test process compiling, a thread can be kept off the CPU that long. A deadlock still ends, in
