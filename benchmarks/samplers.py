@@ -8,6 +8,7 @@ seed, at equal steps, then evaluate each with --mode=eval, and write a markdown 
         --runs=uniform,infonoise,adaptive_noise,logitnormal/shift=3.0,adaptive/importance_weights=True
     python benchmarks/samplers.py --horizon_of=WORKDIR     # where a long uniform run's test bound stops improving
     python benchmarks/samplers.py --size_from=OUT          # a pilot's sd of the paired differences, seeds needed
+    python benchmarks/samplers.py ... --records=benchmarks/records/ddpm22   # keep finished runs in the repository
 
 A run is SAMPLER[+WEIGHTING][/FIELD=VALUE...] (config.sampler.name, config.weighting.name, and fields of the
 sampler's own sub-config, config.sampler.SAMPLER.FIELD); `uniform` must be one of them. Each FIELD=VALUE is checked
@@ -25,6 +26,13 @@ benchmark, not with a --jobs=1 benchmark. Each run's wall-clock (train and eval)
 rewritten every 15 s while the run goes, so that an invocation that is killed still counts (until 2026-12-02 only
 invocations that finished were counted: a run interrupted before then shows less than it cost); the table gives
 their sum. The output of main.py goes to train.log and eval.log as it runs, a resumed run's after the earlier one's.
+
+Records (--records=DIR): a table of many seeds outlives the machine it started on. A finished run's record is the
+few files the table is built from (RECORD_FILES: its config, metrics.jsonl, bench_seconds.json and eval JSONs; no
+checkpoint), 50 to 200 kB. With --records, each run's record is copied to DIR/RUN_seedS as soon as the run finishes,
+and before anything trains every record in DIR whose workdir is absent from OUT is copied into OUT, so that the run
+counts as finished and is not run again: commit DIR, and a clean clone on another machine continues the table where
+the last one stopped. A workdir already in OUT is never overwritten by a record (a partial run there resumes).
 
 Horizon (--horizon_of=WORKDIR, a long uniform run with periodic evaluation): the first periodic evaluation after
 which the bound estimate never falls by more than --tol bits/dim below its value there (the estimate uses the same
@@ -187,14 +195,59 @@ def timed(cmd, log, path, key, cores=None, every=15.0):
     return rc, seconds
 
 
+RECORD_FILES = ("run_config.json", "metrics.jsonl", "bench_seconds.json", "eval/step_*.json")  # the eval JSON last
+
+
+def finished(wd):
+    """Whether the run in workdir wd has been evaluated (an eval/step_*.json exists)."""
+    evals = os.path.join(wd, "eval")
+    return os.path.isdir(evals) and any(f.startswith("step_") and f.endswith(".json") for f in os.listdir(evals))
+
+
+def keep_record(wd, records):
+    """Copy the record of the finished run in wd (RECORD_FILES) to records/<its workdir's name>, atomically per file."""
+    import glob
+    import shutil
+
+    dest = os.path.join(records, os.path.basename(wd))
+    for pattern in RECORD_FILES:
+        for src in sorted(glob.glob(os.path.join(wd, pattern))):
+            target = os.path.join(dest, os.path.relpath(src, wd))
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            shutil.copyfile(src, target + ".tmp")
+            os.replace(target + ".tmp", target)
+    return dest
+
+
+def restore_records(records, out):
+    """Copy into `out` every finished record in `records` whose workdir `out` lacks; returns the names restored.
+    An existing workdir is left as it is (a partial run there resumes rather than being replaced)."""
+    import shutil
+
+    restored = []
+    if not os.path.isdir(records):
+        return restored
+    for entry in sorted(os.listdir(records)):
+        src, dest = os.path.join(records, entry), os.path.join(out, entry)
+        if not finished(src):
+            continue
+        if os.path.exists(dest):
+            if not finished(dest):
+                print(f"record {entry}: not restored, {dest} exists (its run resumes there)", flush=True)
+            continue
+        shutil.copytree(src, dest)
+        restored.append(entry)
+    return restored
+
+
 def run_one(out, name, sampler, weighting, seed, args, cores=None):
     """Train and evaluate one run in its workdir (skipped when its eval exists), on `cores` (None: all)."""
     weighting, settings = weighting
     wd = workdir_of(out, name, seed)
-    evals = os.path.join(wd, "eval")
-    done = os.path.isdir(evals) and any(f.startswith("step_") and f.endswith(".json") for f in os.listdir(evals))
-    if done:
+    if finished(wd):
         print(f"{name} seed {seed}: already done", flush=True)
+        if args.records:
+            keep_record(wd, args.records)
         return wd
     flags = (
         [
@@ -217,6 +270,8 @@ def run_one(out, name, sampler, weighting, seed, args, cores=None):
                 tail = f.read()[-2000:]
             sys.exit(f"error: {name} seed {seed} --mode={mode} failed (exit {rc}); log: {wd}/{mode}.log\n" + tail)
         print(f"{name} seed {seed}: {mode} {seconds:.0f} s", flush=True)
+    if args.records:
+        print(f"{name} seed {seed}: record kept in {keep_record(wd, args.records)}", flush=True)
     return wd
 
 
@@ -520,10 +575,7 @@ def finished_runs(out):
     for entry in sorted(os.listdir(out)):
         stem, sep, seed = entry.rpartition("_seed")
         wd = os.path.join(out, entry)
-        evals = os.path.join(wd, "eval")
-        if not (sep and seed.isdigit() and os.path.isdir(evals)):
-            continue
-        if not any(f.startswith("step_") and f.endswith(".json") for f in os.listdir(evals)):
+        if not (sep and seed.isdigit() and finished(wd)):
             continue
         spec, *settings = stem.split("__")
         name = "/".join([spec] + [x.replace("-", "=", 1) for x in settings])
@@ -709,6 +761,12 @@ def main():
         metavar="OUT",
         help="print, per run of the benchmark in OUT (a pilot), the sd of its paired differences and the seeds needed",
     )
+    ap.add_argument(
+        "--records",
+        default="",
+        metavar="DIR",
+        help="keep each finished run's record (eval JSON, metrics, wall-clock) in DIR and take finished runs from it",
+    )
     ap.add_argument("--detect", type=float, default=DETECT_BPD, help="bits/dim the seed counts are sized to detect")
     ap.add_argument(
         "--set",
@@ -725,6 +783,10 @@ def main():
     runs = parse_runs(args.runs)
     seeds = [int(s) for s in args.seeds.split(",")]
     os.makedirs(args.out, exist_ok=True)
+    if args.records:
+        restored = restore_records(args.records, args.out)
+        if restored:
+            print(f"{len(restored)} finished run(s) taken from the records in {args.records}", flush=True)
     t0 = time.perf_counter()
     run_all(args.out, runs, seeds, args)
     results = {name: [load(workdir_of(args.out, name, seed)) for seed in seeds] for name, _, _ in runs}

@@ -3,13 +3,18 @@
 # run at a time on one core, resumable: re-running skips finished runs and resumes an interrupted one. About 8 hours
 # of an idle core, 10 to 15 while other jobs share this project's 2-core CPU machine (docs/benchmarks.md: costs).
 #   taskset -c 1 bash benchmarks/tables.sh [OUT]      (OUT: workdirs by default)
+# Each finished run's record (its eval JSON, metrics and wall-clock, no checkpoint) is kept in benchmarks/records/,
+# which is committed: on another machine a clean clone takes the finished runs from there and goes on with the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=${1:-workdirs}
 seeds10=0,1,2,3,4,5,6,7,8,9
-flow() { python benchmarks/samplers.py --config=configs/flow.py --every=250 --out="$out/bench_flow22" "$@"; }
-ddpm() { python benchmarks/samplers.py --config=configs/default.py --every=500 --out="$out/bench_ddpm22" "$@"; }
-latent() { python benchmarks/samplers.py --config=configs/mnist_latent.py:dit --every=500 --out="$out/bench_latent22" "$@"; }
+flow() { python benchmarks/samplers.py --config=configs/flow.py --every=250 --out="$out/bench_flow22" \
+  --records=benchmarks/records/flow22 "$@"; }
+ddpm() { python benchmarks/samplers.py --config=configs/default.py --every=500 --out="$out/bench_ddpm22" \
+  --records=benchmarks/records/ddpm22 "$@"; }
+latent() { python benchmarks/samplers.py --config=configs/mnist_latent.py:dit --every=500 --out="$out/bench_latent22" \
+  --records=benchmarks/records/latent22 "$@"; }
 flow_runs=uniform,logitnormal,infonoise,adaptive_noise,adaptive,adaptive/importance_weights=True
 ddpm_runs=uniform,adaptive,infonoise,adaptive_noise
 latent_runs=uniform,adaptive,infonoise

@@ -201,3 +201,50 @@ def test_a_killed_invocations_wall_clock_is_kept_and_a_resumed_one_adds_to_it(tm
     record = json.load(open(path))
     assert record["eval"] == 2.5 and record["train"] == pytest.approx(killed + seconds)
     assert open(log).read().startswith("1\n")  # the killed invocation's output kept, the resumed one's after it
+
+
+def test_records_carry_finished_runs_to_a_new_machine_and_never_overwrite_a_workdir(tmp_path, capsys):
+    """--records: keep_record copies a finished run's record (not its checkpoints) out of OUT; restore_records, in a
+    fresh OUT (a clean clone on another machine), puts it back so that run_one skips the run and sizing reads it; a
+    workdir already in OUT (a partial run) is not touched, and an unfinished record is not restored."""
+    import argparse
+    import json
+
+    from benchmarks.samplers import finished_runs, keep_record, restore_records, run_one
+
+    out, records, fresh = tmp_path / "out", tmp_path / "records", tmp_path / "fresh"
+    for name, bpd in (("uniform", 4.0), ("adaptive__importance_weights-True", 3.9)):
+        wd = out / f"{name}_seed0"
+        os.makedirs(wd / "eval")
+        os.makedirs(wd / "checkpoints" / "2000")
+        (wd / "checkpoints" / "2000" / "state").write_bytes(b"\0" * 1000)
+        (wd / "run_config.json").write_text(json.dumps({"seed": 0}))
+        (wd / "metrics.jsonl").write_text(json.dumps({"step": 2000, "loss": 0.5}) + "\n")
+        (wd / "bench_seconds.json").write_text(json.dumps({"train": 200.0, "eval": 100.0}))
+        ev = dict(nll_bpd=dict(value=bpd), fid=dict(fid=1.0, kid=0.01))
+        (wd / "eval" / "step_2000.json").write_text(json.dumps(ev))
+        keep_record(str(wd), str(records))
+    kept = records / "uniform_seed0"
+    assert sorted(str(p.relative_to(kept)) for p in kept.rglob("*") if p.is_file()) == [
+        "bench_seconds.json",
+        "eval/step_2000.json",
+        "metrics.jsonl",
+        "run_config.json",
+    ]
+    os.makedirs(records / "uniform_seed1")  # a record without its eval JSON: not a finished run
+    (records / "uniform_seed1" / "metrics.jsonl").write_text("")
+
+    os.makedirs(fresh / "adaptive__importance_weights-True_seed0" / "checkpoints")  # a partial run already there
+    assert restore_records(str(records), str(fresh)) == ["uniform_seed0"]
+    assert "adaptive__importance_weights-True_seed0: not restored" in capsys.readouterr().out
+    assert not (fresh / "adaptive__importance_weights-True_seed0" / "eval").exists()
+    assert not (fresh / "uniform_seed1").exists()
+    found = finished_runs(str(fresh))
+    assert list(found) == ["uniform"] and json.loads((fresh / "uniform_seed0" / "bench_seconds.json").read_text()) == {
+        "train": 200.0,
+        "eval": 100.0,
+    }
+    args = argparse.Namespace(records=str(tmp_path / "again"), config="no/such/config.py", every=500, set=[])
+    assert run_one(str(fresh), "uniform", "uniform", ("none", []), 0, args) == str(fresh / "uniform_seed0")
+    assert "uniform seed 0: already done" in capsys.readouterr().out  # main.py not run: the config does not exist
+    assert (tmp_path / "again" / "uniform_seed0" / "eval" / "step_2000.json").exists()  # a done run's record kept too
