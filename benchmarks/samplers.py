@@ -29,10 +29,11 @@ their sum. The output of main.py goes to train.log and eval.log as it runs, a re
 
 Records (--records=DIR): a table of many seeds outlives the machine it started on. A finished run's record is the
 few files the table is built from (RECORD_FILES: its config, metrics.jsonl, bench_seconds.json and eval JSONs; no
-checkpoint), 50 to 200 kB. With --records, each run's record is copied to DIR/RUN_seedS as soon as the run finishes,
-and before anything trains every record in DIR whose workdir is absent from OUT is copied into OUT, so that the run
-counts as finished and is not run again: commit DIR, and a clean clone on another machine continues the table where
-the last one stopped. A workdir already in OUT is never overwritten by a record (a partial run there resumes).
+checkpoint; 50 to 90 kB for a DDPM run of 2,000 steps). With --records, each run's record is copied to
+DIR/RUN_seedS as soon as the run finishes, and before anything trains every record in DIR whose workdir is absent
+from OUT is copied into OUT, so that the run counts as finished and is not run again: commit DIR, and a clean clone
+on another machine continues the table where the last one stopped. A workdir already in OUT is never overwritten by
+a record (a partial run there resumes).
 
 Horizon (--horizon_of=WORKDIR, a long uniform run with periodic evaluation): the first periodic evaluation after
 which the bound estimate never falls by more than --tol bits/dim below its value there (the estimate uses the same
