@@ -16,6 +16,7 @@ import ast
 import contextlib
 import os
 import sys
+import tempfile
 
 from core.fields import ConfigError, flatten, get, renamed, unknown_field
 from core.registry import FLAT
@@ -289,9 +290,10 @@ def check_workdir(workdir: str):
         return
     try:
         os.makedirs(workdir, exist_ok=True)
-        probe = os.path.join(workdir, ".write_probe")
-        with open(probe, "w") as f:
-            f.write("ok")
+        # A probe of its own per process: processes of one job share the workdir, and a shared name let one process
+        # remove the probe another was about to remove (FileNotFoundError, seen in CI).
+        fd, probe = tempfile.mkstemp(prefix=".write_probe.", dir=workdir)
+        os.close(fd)
         os.remove(probe)
     except OSError as e:
         raise ConfigError(f"--workdir={workdir!r} cannot be written: {e.strerror or e}") from None
