@@ -161,3 +161,31 @@ def restore_checkpoint(workdir, step=None):
         meta = getattr(meta, "item_metadata", meta)
         target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one), meta)
         return step, ckptr.restore(path, target)
+
+
+# The files whose tests take longest, longest first (measured, see docs/benchmarks.md#the-test-suites-time). With
+# `--dist loadfile` each file is one unit of work, and xdist by default queues the files with the most tests first,
+# which left the two multi-process tests (two tests, minutes) to start last, on one worker, while the other waited.
+# Queued first, the long files overlap each other and the short ones fill the gaps.
+SLOW_FILES_FIRST = (
+    "test_multihost.py",
+    "test_conditional.py",
+    "test_latent.py",
+    "test_edm.py",
+    "test_faults.py",
+    "test_main.py",
+    "test_notebook.py",
+)
+
+
+def pytest_configure(config):
+    if hasattr(config.option, "loadscopereorder"):  # pytest-xdist: keep the order below
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    def rank(item):
+        name = os.path.basename(str(item.path))
+        return SLOW_FILES_FIRST.index(name) if name in SLOW_FILES_FIRST else len(SLOW_FILES_FIRST)
+
+    items.sort(key=rank)  # stable: the tests of a file keep their order, the other files theirs
