@@ -31,8 +31,6 @@ every evaluation. Written to --out (default: the --workdir's bound_reduction/): 
 """
 
 import argparse
-import ast
-import importlib
 import json
 import os
 import sys
@@ -43,29 +41,10 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.samplers import parse_runs  # noqa: E402
+from benchmarks.samplers import literal, load_config, parse_runs  # noqa: E402
 
 EVAL_KEY = 0xB0D  # every bound of the benchmark is computed with this key: the same timesteps and noise
 REPLICATE_SEED = 1000  # replicate r draws its batches with data seed 1000 + r and its step keys from PRNGKey(1000 + r)
-
-
-def literal(text: str):
-    """A Python literal, or the text itself (a string value on the command line)."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
-
-
-def load_config(spec: str, sets):
-    """A config file (configs/NAME.py[:ARG], as main.py's --config) with FIELD=VALUE overrides."""
-    from core.fields import override
-
-    path, _, arg = spec.partition(":")
-    name = os.path.splitext(os.path.relpath(os.path.join(ROOT, path), ROOT))[0].replace(os.sep, ".")
-    module = importlib.import_module(name)
-    c = module.get_config(arg) if arg else module.get_config()
-    return override(c, {k: literal(v) for k, _, v in (kv.partition("=") for kv in sets)})
 
 
 def run_config(base, sampler: str, weighting: str, settings):

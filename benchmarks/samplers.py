@@ -18,14 +18,18 @@ range where the range does not depend on the rest of the config. --config (defau
 as main.py takes it) is the config every run starts from.
 Each run is `python main.py` in OUT/RUN_seedS (periodic evaluation every --every steps, the same for all runs), then
 `python main.py --mode=eval` on its final checkpoint. A finished run (its eval JSON exists) is not run again, so an
-interrupted benchmark continues where it stopped (an interrupted run resumes from its last checkpoint). Runs go
+interrupted benchmark continues where it stopped (an interrupted run resumes from its last checkpoint; a training
+that a signal stopped, which main.py ends with status 0 and a checkpoint, is not evaluated: the benchmark stops
+with a line naming the run and the step, see not_trained). Runs go
 seed by seed (every run of seed 0 first), so that a partial benchmark already has complete pairs. With --jobs=N, N
 runs go at once, each pinned to its own share of the CPU cores (os.sched_setaffinity: one XLA device per core it
 has); every run then trains under the same conditions, and wall-clock columns compare between runs of one
 benchmark, not with a --jobs=1 benchmark. Each run's wall-clock (train and eval) is kept in its bench_seconds.json,
 rewritten every 15 s while the run goes, so that an invocation that is killed still counts (until 2026-12-02 only
 invocations that finished were counted: a run interrupted before then shows less than it cost); the table gives
-their sum. The output of main.py goes to train.log and eval.log as it runs, a resumed run's after the earlier one's.
+their sum (the benchmark's own process writes it: to stop a benchmark, stop main.py first and let the benchmark
+see it end, else the runs' last seconds go uncounted). The output of main.py goes to train.log and eval.log as it
+runs, a resumed run's after the earlier one's.
 
 Records (--records=DIR): a table of many seeds outlives the machine it started on. A finished run's record is the
 few files the table is built from (RECORD_FILES: its config, metrics.jsonl, bench_seconds.json and eval JSONs; no
@@ -271,9 +275,52 @@ def run_one(out, name, sampler, weighting, seed, args, cores=None):
                 tail = f.read()[-2000:]
             sys.exit(f"error: {name} seed {seed} --mode={mode} failed (exit {rc}); log: {wd}/{mode}.log\n" + tail)
         print(f"{name} seed {seed}: {mode} {seconds:.0f} s", flush=True)
+        if mode == "train":
+            not_trained(wd, target_steps(args), f"{name} seed {seed}")
     if args.records:
         print(f"{name} seed {seed}: record kept in {keep_record(wd, args.records)}", flush=True)
     return wd
+
+
+def not_trained(wd, wanted, what):
+    """Exit with one line unless the newest checkpoint in workdir wd (orbax's step folders) is at step `wanted`: a
+    main.py stopped by a signal (Ctrl-C reaches the benchmark's children too; a preemption) exits 0 with the
+    checkpoint it stopped at, and evaluating that would put a half-trained run in the table."""
+    ckpts = os.path.join(wd, "checkpoints")
+    reached = max((int(d) for d in os.listdir(ckpts) if d.isdigit()), default=None) if os.path.isdir(ckpts) else None
+    if reached != wanted:
+        sys.exit(
+            f"error: {what} stopped at step {reached} of {wanted} (a signal?), so it is not evaluated; run the same "
+            f"command to resume it. Log: {wd}/train.log"
+        )
+
+
+def literal(text: str):
+    """A Python literal, or the text itself (a string value on the command line)."""
+    import ast
+
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def load_config(spec: str, sets):
+    """A config file (configs/NAME.py[:ARG], as main.py's --config) with FIELD=VALUE overrides."""
+    import importlib
+
+    from core.fields import override
+
+    path, _, arg = spec.partition(":")
+    name = os.path.splitext(os.path.relpath(os.path.join(ROOT, path), ROOT))[0].replace(os.sep, ".")
+    module = importlib.import_module(name)
+    c = module.get_config(arg) if arg else module.get_config()
+    return override(c, {k: literal(v) for k, _, v in (kv.partition("=") for kv in sets)})
+
+
+def target_steps(args):
+    """train.num_steps of the benchmark's config with its --set overrides (the runs' own settings never change it)."""
+    return int(load_config(args.config, args.set).train.num_steps)
 
 
 def run_all(out, runs, seeds, args):
@@ -301,8 +348,14 @@ def run_all(out, runs, seeds, args):
             shares.put(share)
 
     with ThreadPoolExecutor(args.jobs) as pool:
-        for f in [pool.submit(job, j) for j in jobs]:
-            f.result()
+        futures = [pool.submit(job, j) for j in jobs]
+        try:
+            for f in futures:
+                f.result()
+        except BaseException:  # a failed or stopped run, Ctrl-C: the runs under way end, none other starts
+            for f in futures:
+                f.cancel()
+            raise
 
 
 def horizon(steps, bpd, tol):

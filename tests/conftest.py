@@ -163,18 +163,25 @@ def restore_checkpoint(workdir, step=None):
         return step, ckptr.restore(path, target)
 
 
-# The files whose tests take longest, longest first (measured, see docs/benchmarks.md#the-test-suites-time). With
-# `--dist loadfile` each file is one unit of work, and xdist by default queues the files with the most tests first,
+# The files whose tests take longest, longest first: each file's summed test time in a fresh clone's `.ci/run`
+# (2026-12-03, commit f4923a6, a busy day: 2,872 s of tests in 1,485 s on 2 workers; see docs/benchmarks.md). With
+# `--dist loadfile` a file is one unit of work, and xdist by default queues the files with the most tests first,
 # which left the two multi-process tests (two tests, minutes) to start last, on one worker, while the other waited.
-# Queued first, the long files overlap each other and the short ones fill the gaps.
+# Longest first, the long files overlap each other and the short ones fill the gaps (the two workers then ended
+# within a minute of each other).
 SLOW_FILES_FIRST = (
-    "test_multihost.py",
-    "test_conditional.py",
-    "test_latent.py",
-    "test_edm.py",
-    "test_faults.py",
-    "test_main.py",
-    "test_notebook.py",
+    "test_published.py",  # 383 s
+    "test_multihost.py",  # 263 s
+    "test_resume.py",  # 257 s
+    "test_faults.py",  # 244 s
+    "test_train.py",  # 208 s
+    "test_robustness.py",  # 195 s
+    "test_edm.py",  # 185 s
+    "test_conditional.py",  # 161 s
+    "test_latent.py",  # 122 s
+    "test_adaptive.py",  # 119 s
+    "test_eval.py",  # 114 s
+    "test_continuous.py",  # 104 s
 )
 
 

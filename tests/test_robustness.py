@@ -75,6 +75,12 @@ def test_sigterm_kill_9_and_sigint_never_cost_the_run_and_resume_exactly(tmp_pat
     proc = start(wd, steps=STEPS_FOREVER)
     started(proc)
     n1, _ = stop(proc, signal.SIGTERM)
+    # benchmarks/samplers.py reads such an exit (status 0) as "not trained": it does not evaluate a stopped run
+    from benchmarks.samplers import not_trained
+
+    with pytest.raises(SystemExit, match=rf"error: uniform seed 0 stopped at step {n1} of {STEPS_FOREVER} .*resume"):
+        not_trained(wd, STEPS_FOREVER, "uniform seed 0")
+    not_trained(wd, n1, "uniform seed 0")  # trained to its end: passes
 
     proc = start(wd, steps=STEPS_FOREVER, **{"train.ckpt_every": 1, "train.keep_checkpoints": 100})
     while True:  # freeze the process while a checkpoint is being written (the write cannot finish), then kill it
