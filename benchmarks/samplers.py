@@ -326,6 +326,7 @@ def target_steps(args):
 def run_all(out, runs, seeds, args):
     """Every (run, seed) not yet done, seed by seed, args.jobs at a time, each job on its own share of the cores."""
     import queue
+    import threading
     from concurrent.futures import ThreadPoolExecutor
 
     jobs = [(name, s, w, seed) for seed in seeds for name, s, w in runs]
@@ -340,10 +341,17 @@ def run_all(out, runs, seeds, args):
     for i in range(args.jobs):
         shares.put(set(cores[i :: args.jobs]))
 
+    failed = threading.Event()
+
     def job(spec):
+        if failed.is_set():  # a run failed or was stopped: no other run starts (a worker takes the next job at once)
+            return None
         share = shares.get()
         try:
             return run_one(out, *spec, args, cores=share)
+        except BaseException:
+            failed.set()
+            raise
         finally:
             shares.put(share)
 

@@ -248,3 +248,20 @@ def test_records_carry_finished_runs_to_a_new_machine_and_never_overwrite_a_work
     assert run_one(str(fresh), "uniform", "uniform", ("none", []), 0, args) == str(fresh / "uniform_seed0")
     assert "uniform seed 0: already done" in capsys.readouterr().out  # main.py not run: the config does not exist
     assert (tmp_path / "again" / "uniform_seed0" / "eval" / "step_2000.json").exists()  # a done run's record kept too
+
+
+def test_after_a_failed_run_no_other_run_starts(tmp_path):
+    """--jobs=2: main.py refuses a bad field (exit 2) in each of the first two runs; the four queued behind them never
+    start (a pool worker would otherwise take the next job at once), and the benchmark exits naming the failure."""
+    import types
+
+    from benchmarks.samplers import run_all
+
+    args = types.SimpleNamespace(
+        config="configs/default.py", every=500, set=["train.batch_size=-1"], records=None, jobs=2
+    )
+    runs = [("uniform", "uniform", ("none", [])), ("adaptive", "adaptive", ("none", []))]
+    with pytest.raises(SystemExit, match=r"error: (uniform|adaptive) seed 0 --mode=train failed \(exit 2\)"):
+        run_all(str(tmp_path), runs, [0, 1, 2], args)
+    started = sorted(p.name for p in tmp_path.iterdir() if (p / "train.log").exists())
+    assert started == ["adaptive_seed0", "uniform_seed0"], started
