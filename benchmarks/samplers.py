@@ -360,9 +360,8 @@ def run_all(out, runs, seeds, args):
         try:
             for f in futures:
                 f.result()
-        except BaseException:  # a failed or stopped run, Ctrl-C: the runs under way end, none other starts
-            for f in futures:
-                f.cancel()
+        except BaseException:  # Ctrl-C here too: the runs under way end, none other starts
+            failed.set()
             raise
 
 
