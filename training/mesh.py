@@ -75,3 +75,19 @@ def state_shardings(abstract_state, mesh, shard_params: bool):
         opt_state=fsdp(abstract_state.opt_state),
         ema_params=fsdp(abstract_state.ema_params),
     )
+
+
+BARRIER_TIMEOUT_MINUTES = 60  # a process that dies fails the barrier at once (the coordinator's heartbeat), not here
+
+
+def wait_for_every_process(name: str):
+    """Block until every JAX process has called this with the same name (once per name in a run); nothing with one
+    process. Uses the coordination service's barrier, not a collective: on CPU hosts, XLA's gloo collectives give
+    the processes 30 s to reach the first collective of a new device group, and two processes compiling the same
+    step on a loaded machine have been measured further apart than that (the first step then fails with "Gloo
+    context initialization failed: DEADLINE_EXCEEDED")."""
+    if jax.process_count() == 1:
+        return
+    from orbax.checkpoint import multihost
+
+    multihost.get_barrier_sync_fn()(key=name, timeout_ms=BARRIER_TIMEOUT_MINUTES * 60_000)

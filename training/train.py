@@ -20,6 +20,7 @@ from data import BatchIterator, load_split
 from training import aot, report
 from training import checkpoint as ckpt
 from training.evaluate import PeriodicEval
+from training.mesh import wait_for_every_process
 from training.preemption import StopRequest
 from training.setup import Setup, build, generate, initial_state
 from training.validate import check_workdir
@@ -227,6 +228,7 @@ class Loop:
             with StopRequest(c.train.stop_check_every) as stop:
                 # a signal during the compile stops the run after its first step, with a checkpoint, as before
                 self._compile(start)
+                wait_for_every_process("compiled")  # the first step's collectives find every process there
                 self.bar = tqdm(
                     total=c.train.num_steps,
                     initial=start,
