@@ -18,7 +18,11 @@ method's two forms side by side. What they give:
     bins(t, num_bins)            the bin of each t among num_bins equal bins of the domain
     sweep(process, stride, kind) a grid of as many times as range(0, T, stride) has: every stride-th step or
                                  geometric (discrete); the cells' midpoints or even in log SNR (continuous)
-    first(grid, n)               the learned sampler's initial selection: steps 0..n-1 (as its reference) | grid[:n]
+    first(grid, n, skip)         the learned sampler's initial selection: steps skip..skip+n-1 (0..n-1 as its
+                                 reference) | grid[skip:skip+n]
+    strata(key, n, skip)         one time drawn uniformly in each of n equal strata of the domain after its first
+                                 `skip` cells, and each stratum's size in cells: (t [n], cells [n]); sum_k cells_k
+                                 f(t_k) is unbiased for the sum (integral, in cells) of f over the strata
     cell_share                   a bound term of one row times this is one grid cell's share of the bound: 1 (a
                                  step's KL) | 1 / grid (the ELBO integrand is per unit of t)
     logsnr_bins(process, n)      equal log-SNR bins of the domain, for the histogram samplers (`Bins`)
@@ -34,6 +38,8 @@ import numpy as np
 from diffusion.gaussian import stratum_edges
 
 ROUNDINGS = ("floor", "nearest")
+# continuous strata keep t this far from 0 and 1 (a flow's log SNR is infinite there): a bias of measure 2e-6
+STRATA_EPS = 1e-6
 
 
 def inverse_cdf(key, cdf, n: int):
@@ -207,8 +213,15 @@ class DiscreteTime:
     def sweep(self, process, stride: int, kind: str = "even"):
         return sweep_grid(self.size, stride, kind)
 
-    def first(self, grid, n: int):
-        return jnp.arange(n, dtype=jnp.int32)
+    def first(self, grid, n: int, skip: int = 0):
+        return jnp.arange(skip, skip + n, dtype=jnp.int32)
+
+    def strata(self, key, n: int, skip: int = 0):
+        """Strata of the steps skip..T-1, as equal as integers allow (sizes differ by at most 1)."""
+        edges = skip + (np.arange(n + 1) * (self.size - skip)) // n
+        lo, sizes = jnp.asarray(edges[:-1], jnp.int32), jnp.asarray(np.diff(edges), jnp.int32)
+        t = lo + jnp.floor(jax.random.uniform(key, (n,)) * sizes).astype(jnp.int32)
+        return jnp.minimum(t, lo + sizes - 1), sizes.astype(jnp.float32)
 
     def logsnr_bins(self, process, num_bins: int):
         return ChainBins(process, num_bins)
@@ -254,8 +267,15 @@ class ContinuousTime:
     def sweep(self, process, stride: int, kind: str = "even"):
         return continuous_grid(process, len(range(0, self.size, stride)), kind)
 
-    def first(self, grid, n: int):
-        return grid[:n]
+    def first(self, grid, n: int, skip: int = 0):
+        return grid[skip : skip + n]
+
+    def strata(self, key, n: int, skip: int = 0):
+        """Strata of [skip / grid, 1]; t is kept in [STRATA_EPS, 1 - STRATA_EPS], where a flow's log SNR is finite."""
+        lo = skip / self.size
+        length = (1.0 - lo) / n
+        t = lo + length * (jnp.arange(n) + jax.random.uniform(key, (n,)))
+        return jnp.clip(t, STRATA_EPS, 1.0 - STRATA_EPS).astype(jnp.float32), jnp.full((n,), length * self.size)
 
     def logsnr_bins(self, process, num_bins: int):
         return IntervalBins(process, num_bins)

@@ -48,6 +48,7 @@ and in continuous time it was chosen over "loss" by measurement, before the per-
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.scipy.special import betainc
 
@@ -56,11 +57,18 @@ from core.registry import Need
 from diffusion.time import continuous_grid, sweep_grid  # noqa: F401 (the sweep grids, importable from here)
 from samplers.base import SAMPLERS, Sampler
 from samplers.fstat import f_statistic, top_k_highest
-from samplers.policy import BetaPolicy, beta_entropy, beta_log_prob, sample_u
+from samplers.policy import BetaPolicy, beta_entropy, beta_kl, beta_log_prob, sample_u
 
 ENTROPY_FORMS = ("standard", "reference")
 GRIDS = ("even", "geometric")
 REWARDS = ("bound", "loss")
+SELECTIONS = ("fstat", "fstat_standardised", "stratified")
+DATA_ENDS = ("kl", "decoder", "exclude")
+ADVANTAGES = ("raw", "normalised")
+ENTROPY_CONTROLS = ("fixed", "target")
+# the automatically tuned entropy coefficient stays in [1e-6, 10] (entropy_control="target")
+LOG_COEF_RANGE = (float(np.log(1e-6)), float(np.log(10.0)))
+TRUST_HALVINGS = 10  # at most this many halvings of a policy step after its first scaling (trust_kl)
 MIN_BIN_MASS = 1e-3  # importance weights use max(p(t), MIN_BIN_MASS / T): at most 1000
 
 
@@ -126,6 +134,35 @@ class AdaptiveSampler(Sampler):
         density_bins=Int(50, 1, "T"),
         # what the reward is the reduction of at S: the bound's terms, or the training loss (module docstring)
         reward=Choice("bound", REWARDS),
+        # -- making the policy learn (docs/method.md#making-the-policy-learn); each default is the behaviour above --
+        # how S is chosen: "fstat" (reference) the F-statistic of y = the sweep row's sum on each column;
+        # "fstat_standardised" the same against y = the sum of the columns standardised over the buffer's valid rows
+        # (no one noisy column makes y); "stratified" no sweep: each update one fresh time drawn uniformly in each of
+        # |S| equal strata of the time domain, R = sum_k (stratum k's cells) d(t_k), unbiased for the whole bound's
+        # reduction
+        selection=Choice("fstat", SELECTIONS),
+        # the data end (t = 0 on the chain, the first grid cell in continuous time): "kl" as any other term (the
+        # reference's Gaussian KL at t = 0 on the chain); "decoder" the bound's own t = 0 term on the chain, the
+        # discretised decoder; "exclude" never in S, in the F target or in the strata
+        data_end=Choice("kl", DATA_ENDS),
+        # "raw": A = R (minus reward_baseline's running mean); "normalised": A = (R - m) / s, m and s the mean and
+        # spread of the running mixture of the per-image rewards of all updates, weight advantage_decay per update
+        # (the first update's own), so that entropy_coef means the same on every data set, model and process
+        advantage=Choice("raw", ADVANTAGES),
+        advantage_decay=Num(0.9, 0.0, 1.0, hi_open=True),
+        # "fixed": entropy_coef as given; "target": the coefficient (starting at entropy_coef) tuned every update as
+        # SAC tunes its temperature, log c <- log c - entropy_coef_lr (H - entropy_target), H the probe images' mean
+        # entropy: it rises while the policy is further from uniform than the target. A Beta on [0, 1] has
+        # entropy -KL(pi || uniform), so the target is minus a KL from uniform (nats)
+        entropy_control=Choice("fixed", ENTROPY_CONTROLS),
+        entropy_target=Num(-0.1, hi=0.0, hi_open=True),
+        entropy_coef_lr=Num(0.5, 0.0, lo_open=True),
+        # a trust region per policy update: the probe images' mean KL(pi_old || pi_new) at most trust_kl (nats), the
+        # step scaled by sqrt(trust_kl / KL) and then halved until it holds (0: off)
+        trust_kl=Num(0.0, 0.0),
+        # log, per update, the reward's spread and variance share per s, the rewards per image and the policy
+        # gradient's signal-to-noise ratio per layer (benchmarks/reward.py)
+        diagnostics=Bool(False),
     )
 
     @classmethod
@@ -133,6 +170,9 @@ class AdaptiveSampler(Sampler):
         out = super().needs(cfg)
         if cfg.sweep_grid == "geometric":  # spaced in log SNR: mapped back to times
             out.append(Need("invertible", "sweep_grid", "geometric", "even"))
+        if cfg.get("data_end", "kl") == "decoder":
+            why = "the discretised decoder is the t = 0 term of a chain's bound; continuous time has no such term"
+            out.append(Need("discrete", "data_end", "decoder", "kl or exclude", why))
         if not cfg.importance_weights:
             why = (
                 "the schedule's interior descends the bound only where t is uniform or importance-weighted (without "
@@ -151,6 +191,25 @@ class AdaptiveSampler(Sampler):
                 cfg.num_selected,
                 f"|S| must be in 1..{K}: at most T={T} and at most the {K} timesteps of the sweep grid "
                 f"(stride {cfg.sweep_stride})",
+            )
+        skip = int(cfg.data_end == "exclude")
+        if cfg.data_end == "exclude" and not cfg.num_selected <= K - skip:
+            raise FieldError(
+                "num_selected",
+                cfg.num_selected,
+                f"must be at most {K - 1} with data_end=exclude: the sweep grid's {K} times less the data end",
+            )
+        if cfg.advantage == "normalised" and cfg.reward_baseline > 0:
+            raise FieldError(
+                "reward_baseline",
+                cfg.reward_baseline,
+                "must be 0 with advantage=normalised, which subtracts its own running mean of the reward",
+            )
+        if cfg.entropy_control == "target" and cfg.entropy_coef == 0:
+            raise FieldError(
+                "entropy_coef",
+                cfg.entropy_coef,
+                "must be > 0 with entropy_control=target: it is the coefficient's starting value, tuned in log space",
             )
         if cfg.select_min_rows > cfg.buffer_size:
             raise FieldError("select_min_rows", cfg.select_min_rows, f"must be at most buffer_size={cfg.buffer_size}")
@@ -182,19 +241,38 @@ class AdaptiveSampler(Sampler):
         # ELBO integrand is per unit of t), so that entropy_coef and policy_grad_clip mean the same in both domains
         self.reward_scale = self.time.cell_share if self.reward_kind == "bound" else 1.0
         self.probe = batch_size if cfg.probe_batch_size == -1 else cfg.probe_batch_size
+        # the options of docs/method.md#making-the-policy-learn (a sub-config written before them has none)
+        opt = lambda k: cfg.get(k, self.FIELDS[k].default)
+        self.selection, self.data_end, self.advantage = opt("selection"), opt("data_end"), opt("advantage")
+        self.advantage_decay, self.trust_kl = opt("advantage_decay"), opt("trust_kl")
+        self.entropy_control, self.entropy_target = opt("entropy_control"), opt("entropy_target")
+        self.entropy_coef_lr, self.diagnostics = opt("entropy_coef_lr"), opt("diagnostics")
+        self.skip = int(self.data_end == "exclude")  # grid times (the data end) S never holds
+        self.selectable = jnp.arange(self.grid.shape[0]) >= self.skip
 
     def init(self, key, x0):
         params = self.policy.init(key, x0[:1])
         K, n = int(self.grid.shape[0]), self.cfg.num_selected
         zero = jnp.zeros((), jnp.float32)
+        # each option's state only when it is on: a checkpoint of the default sampler keeps its layout
+        extra = {}
+        if self.advantage == "normalised":
+            extra.update(adv_mean=zero, adv_var=zero)  # the running mixture of the rewards
+        if self.entropy_control == "target":
+            extra.update(log_coef=jnp.log(jnp.float32(self.cfg.entropy_coef)), entropy=zero)
+        if self.trust_kl > 0:
+            extra.update(step_kl=zero, step_scale=jnp.ones((), jnp.float32))
+        if self.diagnostics:
+            extra.update(diag=self._diag_init(x0, params, n))
         return dict(
             policy=params,
             opt=self.tx.init(params),
             X=jnp.zeros((self.cfg.buffer_size, K), jnp.float32),
             y=jnp.zeros((self.cfg.buffer_size,), jnp.float32),
             count=jnp.zeros((), jnp.int32),
-            # the reference's initial S = {0, 1, 2}; in continuous time the first grid times
-            S=self.time.first(self.grid, n),
+            # the reference's initial S = {0, 1, 2}; in continuous time the first grid times (after the data end
+            # with data_end=exclude)
+            S=self.time.first(self.grid, n, self.skip),
             updates=jnp.zeros((), jnp.int32),
             reward=zero,
             policy_loss=zero,
@@ -203,6 +281,7 @@ class AdaptiveSampler(Sampler):
             f_top=jnp.zeros((n,), jnp.float32),
             density=jnp.zeros((self.cfg.density_bins,), jnp.float32),
             spread=zero,
+            **extra,
         )
 
     def sample(self, state, key, x0):
@@ -254,7 +333,8 @@ class AdaptiveSampler(Sampler):
                 noise,
                 y=yr,
                 dropout_key=dropout_key,
-                kl_only=self.reward_kind == "bound",
+                # the chain's t = 0 term: the reference's Gaussian KL, or the bound's own discretised decoder
+                kl_only=self.reward_kind == "bound" and self.data_end != "decoder",
                 loss=self.reward_kind == "loss",
                 rows_per_device=self.cfg.probe_chunk_rows,
             )
@@ -263,16 +343,61 @@ class AdaptiveSampler(Sampler):
         delta = kl(ctx.params_before, kn_before, kd_before) - kl(ctx.params_after, kn_after, kd_after)
         return delta * self.reward_scale
 
-    def _policy_loss(self, params, x0, u, advantage, from_policy):
+    def _policy_loss(self, params, x0, u, advantage, from_policy, c):
+        """The REINFORCE loss with entropy coefficient c, and the probe images' mean entropy."""
         a, b = self.policy.apply(params, x0)
         logp = beta_log_prob(u, a, b)
         ent = beta_entropy(a, b)
-        c = self.cfg.entropy_coef
         mask = from_policy.astype(jnp.float32)
         mean_masked = lambda v: jnp.sum(v * mask) / jnp.maximum(jnp.sum(mask), 1.0)
         if self.cfg.entropy_form == "reference":
-            return -mean_masked(logp * (advantage + c * ent))
-        return -mean_masked(logp * advantage) - c * jnp.mean(ent)
+            return -mean_masked(logp * (advantage + c * ent)), jnp.mean(ent)
+        return -mean_masked(logp * advantage) - c * jnp.mean(ent), jnp.mean(ent)
+
+    def _entropy_coef(self, state):
+        return jnp.exp(state["log_coef"]) if self.entropy_control == "target" else self.cfg.entropy_coef
+
+    def _advantage(self, state, reward):
+        """(A [P], the state's updated running statistics): the advantage of each probe image's reward."""
+        if self.advantage == "raw":
+            return reward - self._baseline(state), {}
+        # the running mixture: weight d for the rewards of earlier updates (mean m, variance v), 1 - d for this
+        # update's (mean bm, variance bv); the first update's are its own
+        d, first = self.advantage_decay, state["updates"] == 0
+        bm, bv = jnp.mean(reward), jnp.var(reward)
+        m = jnp.where(first, bm, d * state["adv_mean"] + (1 - d) * bm)
+        v = jnp.where(first, bv, d * state["adv_var"] + (1 - d) * bv + d * (1 - d) * (bm - state["adv_mean"]) ** 2)
+        return (reward - m) / jnp.maximum(jnp.sqrt(v), 1e-12), dict(adv_mean=m, adv_var=v)
+
+    def _trust_region(self, old, new, x0):
+        """new scaled towards old so that the probe images' mean KL(pi_old || pi_new) <= trust_kl: first by
+        sqrt(trust_kl / KL) (the KL of a small step is quadratic in its length), then halved until it holds.
+        Returns (params, KL, scale)."""
+        a0, b0 = self.policy.apply(old, x0)
+        step = jax.tree.map(lambda n, o: n - o, new, old)
+        at = lambda s: jax.tree.map(lambda o, d: o + s * d, old, step)
+
+        def kl(s):
+            a, b = self.policy.apply(at(s), x0)
+            return jnp.mean(beta_kl(a0, b0, a, b))
+
+        full = kl(1.0)
+        scale = jnp.where(full > self.trust_kl, jnp.sqrt(self.trust_kl / jnp.maximum(full, 1e-30)), 1.0)
+
+        def halve(carry):
+            s, _, i = carry
+            return s / 2, kl(s / 2), i + 1
+
+        scale, value, _ = jax.lax.while_loop(
+            lambda c: (c[1] > self.trust_kl) & (c[2] < TRUST_HALVINGS), halve, (scale, kl(scale), 0)
+        )
+        return at(scale), value, scale
+
+    def _probe_times(self, state, key):
+        """(S [|S|], each time's weight in cells): the previous update's selection with weight 1, or fresh strata."""
+        if self.selection == "stratified":
+            return self.time.strata(key, self.cfg.num_selected, self.skip)
+        return state["S"], jnp.ones((self.cfg.num_selected,), jnp.float32)
 
     def _baseline(self, state):
         """The bias-corrected running mean of the mean reward over the previous updates (0 before any, or off)."""
@@ -283,10 +408,22 @@ class AdaptiveSampler(Sampler):
 
     def _select(self, X, y, count, S):
         """(S, F-scores of S): the num_selected grid timesteps with the highest F over the valid rows (filled and
-        not all zero), once there are select_min_rows of them; else S unchanged."""
+        not all zero), once there are select_min_rows of them; else S unchanged. The F target is y (the rows'
+        sums), the sum of the selectable columns (data_end=exclude), or of the selectable columns standardised
+        over the valid rows (fstat_standardised: a constant column counts 0)."""
         filled = jnp.arange(self.cfg.buffer_size) < jnp.minimum(count, self.cfg.buffer_size)
         valid = filled & jnp.any(X != 0.0, axis=1)
-        f = f_statistic(X, y, valid)
+        keep = self.selectable.astype(X.dtype)
+        if self.selection == "fstat_standardised":
+            w = valid.astype(X.dtype)[:, None]
+            n = jnp.maximum(jnp.sum(w), 1.0)
+            mean = jnp.sum(X * w, 0) / n
+            sd = jnp.sqrt(jnp.sum(((X - mean) * w) ** 2, 0) / n)
+            z = jnp.where(sd > 0, (X - mean) / jnp.where(sd > 0, sd, 1.0), 0.0)
+            y = jnp.sum(z * keep, axis=1)
+        elif self.skip:
+            y = jnp.sum(X * keep, axis=1)
+        f = jnp.where(self.selectable, f_statistic(X, y, valid), -1.0)
         idx = top_k_highest(f, self.cfg.num_selected)
         ready = jnp.sum(valid) >= self.cfg.select_min_rows
         return jnp.where(ready, self.grid[idx], S), jnp.where(ready, f[idx], 0.0)
@@ -297,22 +434,38 @@ class AdaptiveSampler(Sampler):
         up = self._probe_rows(ctx.aux["u"])
         from_policy = self._probe_rows(ctx.aux.get("from_policy", jnp.ones(ctx.x0.shape[:1], bool)))
         yp = None if ctx.y is None else self._probe_rows(ctx.y)
-        delta = self._delta(ctx, xp, yp, state["S"], k_probe)  # [P, |S|]
+        # the strata's draw takes a key of its own, so that the default's k_probe stream is unchanged
+        S_used, cells = self._probe_times(state, jax.random.fold_in(ctx.key, 3))
+        delta = self._delta(ctx, xp, yp, S_used, k_probe) * cells  # [P, |S|]
         reward = jnp.sum(delta, axis=1)  # [P]
-        advantage = jax.lax.stop_gradient(reward - self._baseline(state))
+        advantage, new = self._advantage(state, reward)
+        advantage = jax.lax.stop_gradient(advantage)
 
-        loss, grads = jax.value_and_grad(self._policy_loss)(state["policy"], xp, up, advantage, from_policy)
+        c = self._entropy_coef(state)
+        (loss, entropy), grads = jax.value_and_grad(self._policy_loss, has_aux=True)(
+            state["policy"], xp, up, advantage, from_policy, c
+        )
         updates, opt = self.tx.update(grads, state["opt"], state["policy"])
         policy = optax.apply_updates(state["policy"], updates)
+        if self.trust_kl > 0:
+            policy, new["step_kl"], new["step_scale"] = self._trust_region(state["policy"], policy, xp)
+        if self.entropy_control == "target":  # SAC's temperature rule, on log c, with this update's entropy
+            log_c = state["log_coef"] - self.entropy_coef_lr * (entropy - self.entropy_target)
+            new.update(log_coef=jnp.clip(log_c, *LOG_COEF_RANGE), entropy=entropy)
+        if self.diagnostics:
+            new["diag"] = self._diagnostics(state["policy"], xp, up, advantage, from_policy, c, delta)
 
-        pick = jax.random.choice(k_pick, ctx.x0.shape[0], (self.cfg.sweep_images,), replace=False)
-        y_pick = None if ctx.y is None else ctx.y[pick]
-        d = jnp.mean(self._delta(ctx, ctx.x0[pick], y_pick, self.grid, k_sweep), axis=0)  # [K]
-        row = state["count"] % self.cfg.buffer_size
-        X = state["X"].at[row].set(d)
-        y = state["y"].at[row].set(jnp.sum(d))
-        count = state["count"] + 1
-        S, f_top = self._select(X, y, count, state["S"])
+        if self.selection == "stratified":  # no sweep, no buffer: S records this update's draw
+            X, y, count, S, f_top = state["X"], state["y"], state["count"] + 1, S_used, jnp.zeros_like(state["f_top"])
+        else:
+            pick = jax.random.choice(k_pick, ctx.x0.shape[0], (self.cfg.sweep_images,), replace=False)
+            y_pick = None if ctx.y is None else ctx.y[pick]
+            d = jnp.mean(self._delta(ctx, ctx.x0[pick], y_pick, self.grid, k_sweep), axis=0)  # [K]
+            row = state["count"] % self.cfg.buffer_size
+            X = state["X"].at[row].set(d)
+            y = state["y"].at[row].set(jnp.sum(d))
+            count = state["count"] + 1
+            S, f_top = self._select(X, y, count, state["S"])
         decay = self.cfg.reward_baseline
         mass = bins_mass(ctx.aux["alpha"], ctx.aux["beta"], self.time.unit_edges(self.cfg.density_bins))
         density = jnp.mean(mass, axis=0)
@@ -333,6 +486,67 @@ class AdaptiveSampler(Sampler):
             # how much the images' distributions differ: sum over bins of the std across images of p(bin), relative
             # to the mean distribution's total mass (0: every image gets the same distribution)
             spread=jnp.sum(jnp.std(mass, axis=0)) / jnp.maximum(jnp.sum(density), 1e-12),
+            **new,
+        )
+
+    # -- diagnostics (diagnostics=True; benchmarks/reward.py) ---------------------------------------------------
+    def _groups(self, params):
+        """The policy's layers (its top-level modules), in a fixed order."""
+        return sorted(params["params"])
+
+    def _diag_init(self, x0, params, n):
+        zero = jnp.zeros((), jnp.float32)
+        G = len(self._groups(params))
+        return dict(
+            reward_sd_per_s=jnp.zeros((n,), jnp.float32),
+            reward_share_per_s=jnp.zeros((n,), jnp.float32),
+            reward_per_image=jnp.zeros((self.probe,), jnp.float32),
+            grad_snr=jnp.zeros((G,), jnp.float32),
+            entropy_to_reward_grad=zero,
+        )
+
+    def _diagnostics(self, params, xp, up, advantage, from_policy, c, delta):
+        """What the reward and the policy gradient carry at this update (before the policy step):
+        - reward_sd_per_s [|S|]: the spread across probe images of each s's term of R_i;
+        - reward_share_per_s [|S|]: Cov(d_s, R) / Var(R), each s's share of the reward's variance across images
+          (the shares sum to 1);
+        - reward_per_image [P]: R_i;
+        - grad_snr [layers]: per layer, |mean_i g_i| / sqrt(mean_i |g_i - mean g|^2), g_i = -A_i grad log pi(u_i | x_i)
+          image i's REINFORCE term (0 for uniformly drawn images): the mean's length over the per-image spread (a
+          mean of P images is distinguishable from 0 when this exceeds about 2 / sqrt(P));
+        - entropy_to_reward_grad: |c grad mean_i H_i| / |mean_i g_i| over all parameters."""
+        R = jnp.sum(delta, axis=1)
+        Rc, dc = R - jnp.mean(R), delta - jnp.mean(delta, axis=0)
+        share = jnp.mean(dc * Rc[:, None], axis=0) / jnp.maximum(jnp.mean(Rc**2), 1e-30)
+
+        def logp(p, x, u):
+            a, b = self.policy.apply(p, x[None])
+            return beta_log_prob(u, a[0], b[0])
+
+        g = jax.vmap(jax.grad(logp), in_axes=(None, 0, 0))(params, xp, up)
+        weight = -advantage * from_policy.astype(jnp.float32)
+        g = jax.tree.map(lambda v: v * weight.reshape((-1,) + (1,) * (v.ndim - 1)), g)
+
+        def snr(tree):
+            leaves = jax.tree.leaves(tree)
+            mean_sq = sum(jnp.sum(jnp.mean(v, 0) ** 2) for v in leaves)
+            spread_sq = sum(jnp.sum(jnp.mean((v - jnp.mean(v, 0)) ** 2, 0)) for v in leaves)
+            return jnp.sqrt(mean_sq / jnp.maximum(spread_sq, 1e-30)), jnp.sqrt(mean_sq)
+
+        snrs = [snr(g["params"][k])[0] for k in self._groups(params)]
+        reward_norm = snr(g)[1]
+
+        def mean_entropy(p):
+            a, b = self.policy.apply(p, xp)
+            return c * jnp.mean(beta_entropy(a, b))
+
+        ent_norm = optax.tree.norm(jax.grad(mean_entropy)(params))
+        return dict(
+            reward_sd_per_s=jnp.std(delta, axis=0),
+            reward_share_per_s=share,
+            reward_per_image=R,
+            grad_snr=jnp.stack(snrs),
+            entropy_to_reward_grad=ent_norm / jnp.maximum(reward_norm, 1e-30),
         )
 
     def period(self):
@@ -352,4 +566,12 @@ class AdaptiveSampler(Sampler):
             policy_density=state["density"],
             policy_spread=state["spread"],
         )
+        if self.entropy_control == "target":
+            metrics.update(entropy_coef=jnp.exp(state["log_coef"]), entropy=state["entropy"])
+        if self.trust_kl > 0:
+            metrics.update(step_kl=state["step_kl"], step_scale=state["step_scale"])
+        if self.advantage == "normalised":
+            metrics.update(reward_running_mean=state["adv_mean"], reward_running_sd=jnp.sqrt(state["adv_var"]))
+        if self.diagnostics:
+            metrics.update(state["diag"])
         return state, metrics

@@ -54,3 +54,15 @@ def u_to_t(u, num_timesteps: int):
 
 def sample_u(key, a, b):
     return jax.random.beta(key, a, b).astype(jnp.float32)
+
+
+def beta_kl(a1, b1, a2, b2):
+    """KL(Beta(a1, b1) || Beta(a2, b2)) in nats: ln B(a2, b2) - ln B(a1, b1) + (a1 - a2) psi(a1) + (b1 - b2) psi(b1)
+    + (a2 - a1 + b2 - b1) psi(a1 + b1)."""
+    return (
+        betaln(a2, b2)
+        - betaln(a1, b1)
+        + (a1 - a2) * digamma(a1)
+        + (b1 - b2) * digamma(b1)
+        + (a2 - a1 + b2 - b1) * digamma(a1 + b1)
+    )
