@@ -13,7 +13,8 @@ seed, at equal steps, then evaluate each with --mode=eval, and write a markdown 
 A run is SAMPLER[+WEIGHTING][/FIELD=VALUE...] (config.sampler.name, config.weighting.name, and fields of the
 sampler's own sub-config, config.sampler.SAMPLER.FIELD); `uniform` must be one of them. Each FIELD=VALUE is checked
 before anything trains (parse_setting): FIELD must be one of the sampler's fields and VALUE of its kind, read as
-main.py's flags read it (a bool True/False/true/1/0, an int, a float such as 0 or 3.0, a choice by name), in its
+main.py's flags read it (a bool True/False/true/1/0, an int, a float such as 0 or 3.0, a choice by name, a tuple of
+integers with colons, policy_channels=32:64:128), in its
 range where the range does not depend on the rest of the config. --config (default configs/default.py; FILE:ARG
 as main.py takes it) is the config every run starts from.
 Each run is `python main.py` in OUT/RUN_seedS (periodic evaluation every --every steps, the same for all runs), then
@@ -116,9 +117,9 @@ def parse_setting(sampler, setting):
         hint = f"; did you mean {near}?" if near else f"; its fields: {', '.join(sorted(fields)) or 'none'}"
         raise ValueError(f"{field!r} is not a field of config.sampler.{sampler}{hint}")
     f = fields[field]
-    if f.kind == "ints":  # a tuple needs commas, and commas separate runs
-        raise ValueError(f"{field!r} is a tuple, which --runs cannot hold; use --set sampler.{sampler}.{field}=...")
-    read = {"bool": lambda x: BOOL_TEXT[x.lower()], "int": int, "num": float}.get(f.kind, str)
+    # a tuple is written with colons (commas separate runs): policy_channels=32:64:128; an empty one as ()
+    ints = lambda x: () if x == "()" else tuple(int(v) for v in x.split(":"))
+    read = {"bool": lambda x: BOOL_TEXT[x.lower()], "int": int, "num": float, "ints": ints}.get(f.kind, str)
     try:
         value = read(text)
     except (KeyError, ValueError):
@@ -130,6 +131,15 @@ def parse_setting(sampler, setting):
     except ConfigError as e:
         raise ValueError(str(e)) from None
     return field, value
+
+
+def setting_flag(sampler, setting):
+    """main.py's flag of one FIELD=VALUE of --runs (a colon tuple becomes (a,b,c))."""
+    field, value = parse_setting(sampler, setting)
+    text = (
+        "(" + ",".join(map(str, value)) + ("," if len(value) == 1 else "") + ")" if isinstance(value, tuple) else None
+    )
+    return f"--config.sampler.{sampler}.{field}={text}" if text else f"--config.sampler.{sampler}.{setting}"
 
 
 def parse_runs(text):
@@ -263,7 +273,7 @@ def run_one(out, name, sampler, weighting, seed, args, cores=None):
             f"--config.seed={seed}",
             f"--config.eval.periodic.every={args.every}",
         ]
-        + [f"--config.sampler.{sampler}.{s}" for s in settings]
+        + [setting_flag(sampler, s) for s in settings]
         + [f"--config.{s}" for s in args.set]
     )
     path = os.path.join(wd, "bench_seconds.json")

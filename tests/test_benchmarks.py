@@ -147,7 +147,7 @@ def test_policy_figure_and_summary_from_hand_made_metrics(tmp_path):
 
 
 def test_runs_of_the_new_samplers_parse():
-    from benchmarks.samplers import parse_runs, parse_setting
+    from benchmarks.samplers import parse_runs, parse_setting, setting_flag
 
     runs = parse_runs(
         "uniform,infonoise,adaptive_noise,logitnormal/shift=3.0,adaptive/importance_weights=True,"
@@ -158,7 +158,12 @@ def test_runs_of_the_new_samplers_parse():
     assert parse_setting("adaptive", "importance_weights=false") == ("importance_weights", False)
     assert parse_setting("adaptive", "entropy_coef=0") == ("entropy_coef", 0.0)
     assert parse_setting("logitnormal", "shift=3.0") == ("shift", 3.0)
-    for bad in ("importance_weights=maybe", "entropy_cof=0", "num_selected=2.5"):
+    # the reference's own settings as one run: tuples with colons, passed to main.py as tuples
+    assert parse_setting("adaptive", "policy_channels=32:64:128") == ("policy_channels", (32, 64, 128))
+    assert setting_flag("adaptive", "policy_hidden=256") == "--config.sampler.adaptive.policy_hidden=(256,)"
+    assert setting_flag("adaptive", "policy_hidden=()") == "--config.sampler.adaptive.policy_hidden=()"
+    assert setting_flag("adaptive", "sweep_stride=1") == "--config.sampler.adaptive.sweep_stride=1"
+    for bad in ("importance_weights=maybe", "entropy_cof=0", "num_selected=2.5", "policy_channels=8:x"):
         with pytest.raises(ValueError):
             parse_setting("adaptive", bad)
     with pytest.raises(SystemExit):

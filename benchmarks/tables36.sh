@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# The learned sampler made to learn (docs/benchmarks.md#making-the-policy-learn): the reward's diagnosis, then 3-seed
+# pilots of each mechanism on flow matching and DDPM, paired with uniform, the default learned sampler and the
+# adaptive noise schedule of the same seeds. One run at a time on one core, resumable (finished runs are skipped;
+# records in benchmarks/records/{flow36,ddpm36} let a clean clone continue):
+#   taskset -c 1 bash benchmarks/tables36.sh [OUT]      (OUT: workdirs by default)
+# The confirmation on fresh seeds (10..19; the latent DiT 4..7) is chosen from these pilots and added below then.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-workdirs}
+flow() { python benchmarks/samplers.py --config=configs/flow.py --every=250 --out="$out/bench_flow36" \
+  --records=benchmarks/records/flow36 "$@"; }
+ddpm() { python benchmarks/samplers.py --config=configs/default.py --every=500 --out="$out/bench_ddpm36" \
+  --records=benchmarks/records/ddpm36 "$@"; }
+# The DDPM pilot's uniform, default and adaptive-noise arms are the DDPM table's seeds 0-2 (the code of their path
+# is unchanged): their records are copied, not run again.
+mkdir -p benchmarks/records/ddpm36
+for r in uniform adaptive adaptive_noise; do
+  for s in 0 1 2; do
+    [ -d "benchmarks/records/ddpm36/${r}_seed$s" ] || cp -r "benchmarks/records/ddpm22/${r}_seed$s" benchmarks/records/ddpm36/
+  done
+done
+# the variants (samplers/adaptive.py; docs/method.md#making-the-policy-learn)
+strat=adaptive/selection=stratified/data_end=exclude/advantage=normalised
+variants=$strat
+variants+=,$strat/entropy_control=target
+variants+=,$strat/trust_kl=0.01/entropy_coef=0.001
+variants+=,adaptive/selection=fstat_standardised/data_end=decoder/advantage=normalised
+variants+=,adaptive/data_end=exclude
+variants+=,$strat/uniform_mix=0.1/importance_weights=True/entropy_coef=0.001
+# the reference's own settings: the whole batch probed, the full sweep, the full-width policy, its entropy form
+reference=adaptive/probe_batch_size=-1/sweep_stride=1/policy_channels=32:64:128/policy_hidden=256:256
+reference+=/entropy_form=reference
+# 1. the diagnosis (benchmarks/reward.py): the default and the main variants, one seed each
+python benchmarks/reward.py --config=configs/default.py --out="$out/reward_ddpm" \
+  --variants=adaptive,adaptive/data_end=exclude,$strat,adaptive/selection=fstat_standardised/data_end=decoder
+python benchmarks/reward.py --config=configs/flow.py --out="$out/reward_flow" --variants=adaptive,$strat
+# 2. pilots, 3 seeds
+ddpm --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$variants
+flow --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$variants
+ddpm --seeds=0,1,2 --runs=uniform,adaptive,$reference
