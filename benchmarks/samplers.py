@@ -452,9 +452,9 @@ MAX_SEEDS = 100_000  # seeds_needed gives up beyond this
 METRICS = (("final_bpd", "bits/dim", 3), ("fid_final", "FID", 3), ("kid_final", "KID", 4))  # key, name, decimals
 
 
-def differences(results, name, key):
-    """The per-seed paired differences d = run - uniform of `key` over the seeds where both have a value."""
-    pairs = [(d[key], u[key]) for d, u in zip(results[name], results["uniform"])]
+def differences(results, name, key, base="uniform"):
+    """The per-seed paired differences d = run - base of `key` over the seeds where both have a value."""
+    pairs = [(d[key], u[key]) for d, u in zip(results[name], results[base])]
     return np.array([a - b for a, b in pairs if a is not None and b is not None], np.float64)
 
 
@@ -619,6 +619,7 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
                 + "; ".join(verdict(name, differences(results, name, k), what, dec) for k, what, dec in METRICS)
                 + "."
             )
+    lines += worse_and_rival(results, runs)
     ev = some["eval"]
     fp = ev["fid"].get("protocol", {})
     lines += [
@@ -637,6 +638,24 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
             "(with --jobs=N the benchmark's elapsed time is about 1/N of it).",
         ]
     return "\n".join(lines)
+
+
+def worse_and_rival(results, runs):
+    """Lines under the verdicts: per run, the seeds whose final test bits/dim is above uniform's (a collapse shows
+    here); with adaptive_noise among the runs, every other run paired against it (the simple rival to beat)."""
+    worse = [
+        f"{name} {int(np.sum(d > 0))}/{len(d)}"
+        for name, _, _ in runs
+        if name != "uniform" and len(d := differences(results, name, "final_bpd"))
+    ]
+    lines = ["", "Seeds whose final test bits/dim is higher than uniform's (worse): " + ", ".join(worse) + "."]
+    if "adaptive_noise" in results:
+        lines += ["", "Against the adaptive noise schedule (d = run - adaptive_noise, same seeds):", ""]
+        for name, _, _ in runs:
+            if name not in ("uniform", "adaptive_noise"):
+                d = differences(results, name, "final_bpd", "adaptive_noise")
+                lines.append(f"- {name}: Δ bits/dim {paired(d)}; higher in {int(np.sum(d > 0))}/{len(d)} seeds.")
+    return lines
 
 
 def finished_runs(out):

@@ -73,6 +73,19 @@ def test_verdict_wording_separated_and_not():
     assert verdict("speed", -lower, "KID") == "KID: speed is higher than uniform (95% interval excludes 0)"
 
 
+def test_worse_seeds_and_the_pairs_against_the_adaptive_noise_schedule():
+    from benchmarks.samplers import paired, worse_and_rival
+
+    bpd = dict(uniform=[5.0, 5.1, 4.9], adaptive_noise=[4.9, 5.0, 4.8], adaptive=[5.02, 5.0, 5.3])
+    results = {k: [dict(final_bpd=v) for v in vs] for k, vs in bpd.items()}
+    runs = [(k, None, None) for k in bpd]
+    lines = worse_and_rival(results, runs)
+    assert "(worse): adaptive_noise 0/3, adaptive 2/3." in lines[1]
+    d = np.array([0.12, 0.0, 0.5])  # adaptive - adaptive_noise
+    assert lines[-1] == f"- adaptive: Δ bits/dim {paired(d)}; higher in 2/3 seeds."
+    assert len(worse_and_rival({k: results[k] for k in ("uniform", "adaptive")}, runs[::2])) == 2  # no rival
+
+
 def test_paired_cell_has_interval_and_mdd():
     from benchmarks.samplers import paired
 
