@@ -18,8 +18,9 @@ and reward.png. Per variant, over the updates after the first --skip (the buffer
   of its term, and its share of the reward's variance across images (Cov(d_s, R) / Var(R), the shares of one
   update sum to 1);
 - the policy gradient's signal-to-noise ratio per layer (samplers/adaptive.py _diagnostics: the mean per-image
-  REINFORCE gradient's length over the per-image spread), median over updates, next to 2 / sqrt(P), about where a
-  mean of P images starts to stand out of their noise;
+  REINFORCE gradient's length over the per-image spread), median over updates: per-image gradients with no common
+  direction give about 1 / sqrt(P) (the mean of P independent draws), a mean that stands out of its noise 2 / sqrt(P)
+  or more;
 - the entropy term's gradient over the reward's (their lengths' ratio, median): above 1 the regulariser steers;
 - the policy: its final TV from uniform and mean u (sampler/policy_density, as benchmarks/samplers.py).
 """
@@ -103,8 +104,9 @@ def updates(wd):
     return recs
 
 
-def summarise(recs, skip):
-    """The figures of the module docstring for one variant's update records."""
+def summarise(recs, skip, stratified=False):
+    """The figures of the module docstring for one variant's update records (with fresh strata every update, the
+    terms are grouped by stratum rather than by time)."""
     recs = recs[skip:]
     if not recs:
         return None
@@ -113,13 +115,15 @@ def summarise(recs, skip):
     mean, sd = R.mean(1), R.std(1)
     per_s = {}
     for r in recs:
-        for s, m, d, share in zip(
-            r["sampler/S"], r["sampler/reward_per_s"], r["sampler/reward_sd_per_s"], r["sampler/reward_share_per_s"]
+        for k, (s, m, d, share) in enumerate(
+            zip(
+                r["sampler/S"], r["sampler/reward_per_s"], r["sampler/reward_sd_per_s"], r["sampler/reward_share_per_s"]
+            )
         ):
-            per_s.setdefault(s, []).append((m, d, share))
+            per_s.setdefault(f"stratum {k}" if stratified else f"{s:g}", []).append((m, d, share))
     rows = sorted(per_s.items(), key=lambda kv: -len(kv[1]))
     snr = np.array([r["sampler/grad_snr"] for r in recs])
-    tv, mean_u = density_summary(recs[-1]["sampler/policy_density"])
+    mean_u, tv = density_summary(recs[-1]["sampler/policy_density"])
     return dict(
         updates=len(recs),
         steps=(recs[0]["step"], recs[-1]["step"]),
@@ -162,18 +166,19 @@ def section(name, s, layers, config):
         f"{config}, updates {s['updates']} (steps {s['steps'][0]} to {s['steps'][1]}), {s['probe']} probe images. "
         f"Mean reward {s['reward_mean']:+.3g} bits/dim, negative at {100 * s['reward_negative']:.0f}% of updates; "
         f"|mean| / spread across images (median) {s['reward_snr']:.3f}. Policy gradient SNR per layer (median; "
-        f"noise level 2/sqrt(P) = {s['grad_snr_noise_level']:.2f}): "
+        f"a gradient with no signal gives about 1/sqrt(P) = {s['grad_snr_noise_level'] / 2:.2f}, a clear signal "
+        f"2/sqrt(P) = {s['grad_snr_noise_level']:.2f} or more): "
         + ", ".join(f"{k} {v:.3f}" for k, v in zip(layers, s["grad_snr"]))
         + f". Entropy gradient / reward gradient (median) {s['entropy_to_reward_grad']:.2f}. "
         f"Final policy: TV from uniform {s['final_tv']:.3f}, mean u {s['final_mean_u']:.3f}.",
         "",
-        "| time in S | share of updates | mean term (bits/dim) | spread across images | share of the reward's "
-        "variance |",
+        "| time in S (or stratum) | share of updates | mean term (bits/dim) | spread across images | share of the "
+        "reward's variance |",
         "|---|---|---|---|---|",
     ]
     for r in s["per_s"][:8]:
         lines.append(
-            f"| {r['s']:g} | {100 * r['share_of_updates']:.0f}% | {r['mean']:+.3g} | {r['spread']:.3g} | "
+            f"| {r['s']} | {100 * r['share_of_updates']:.0f}% | {r['mean']:+.3g} | {r['spread']:.3g} | "
             f"{100 * r['variance_share']:.1f}% |"
         )
     if len(s["per_s"]) > 8:
@@ -199,6 +204,7 @@ def plot(results, path):
     axes[1].set(title="policy gradient SNR (median over layers)", xlabel="step", yscale="log")
     level = next(s for s in results.values() if s)["grad_snr_noise_level"]
     axes[1].axhline(level, color="k", ls=":", lw=1, label="2 / sqrt(P)")
+    axes[1].axhline(level / 2, color="k", ls="--", lw=1, label="1 / sqrt(P): no signal")
     axes[2].set(title="% of the reward's variance owed to the smallest time in S", xlabel="step")
     for ax in axes:
         ax.legend(fontsize=7)
@@ -220,14 +226,15 @@ def main():
     results, layers = {}, None
     for name, settings in variants:
         wd = train(args.out, name, settings, args)
-        results[name] = summarise(updates(wd), args.skip)
+        results[name] = summarise(updates(wd), args.skip, "selection=stratified" in settings)
         if layers is None:  # the policy's modules in sorted order, as _diagnostics reports them
             a = load_config(args.config, args.set).sampler.adaptive
             n_conv, n_dense = len(a.policy_channels), len(a.policy_hidden) + 1
             layers = sorted([f"Conv_{i}" for i in range(n_conv)] + [f"Dense_{i}" for i in range(n_dense)])
     with open(os.path.join(args.out, "reward.json"), "w") as f:
         json.dump(results, f)
-    md = "\n".join(section(n, s, layers, args.config) for n, s in results.items())
+    cmd = "`python benchmarks/reward.py " + " ".join(sys.argv[1:]) + "`\n\n"
+    md = cmd + "\n".join(section(n, s, layers, args.config) for n, s in results.items())
     with open(os.path.join(args.out, "reward.md"), "w") as f:
         f.write(md)
     plot(results, os.path.join(args.out, "reward.png"))
