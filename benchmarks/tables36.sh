@@ -28,12 +28,16 @@ variants+=,$strat/trust_kl=0.01/entropy_coef=0.001
 variants+=,adaptive/selection=fstat_standardised/data_end=decoder/advantage=normalised
 variants+=,adaptive/data_end=exclude
 variants+=,$strat/uniform_mix=0.1/importance_weights=True/entropy_coef=0.001
+# per-image credit (reward=credit): the first-order effect of each image's own draw on the bound
+credit=adaptive/reward=credit/selection=stratified/data_end=exclude/advantage=normalised
+variants+=,$credit/entropy_control=target,$credit/trust_kl=0.01
 # the reference's own settings: the whole batch probed, the full sweep, the full-width policy, its entropy form
 reference=adaptive/probe_batch_size=-1/sweep_stride=1/policy_channels=32:64:128/policy_hidden=256:256
 reference+=/entropy_form=reference
 # 1. the diagnosis (benchmarks/reward.py): the default and the main variants, one seed each
 python benchmarks/reward.py --config=configs/default.py --out="$out/reward_ddpm" \
   --variants=adaptive,adaptive/data_end=exclude,$strat,adaptive/selection=fstat_standardised/data_end=decoder
+python benchmarks/reward.py --config=configs/default.py --out="$out/reward_ddpm_credit" --variants=$credit
 python benchmarks/reward.py --config=configs/flow.py --out="$out/reward_flow" --variants=adaptive,$strat
 # 2. pilots, 3 seeds
 ddpm --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$variants

@@ -61,7 +61,7 @@ from samplers.policy import BetaPolicy, beta_entropy, beta_kl, beta_log_prob, sa
 
 ENTROPY_FORMS = ("standard", "reference")
 GRIDS = ("even", "geometric")
-REWARDS = ("bound", "loss")
+REWARDS = ("bound", "loss", "credit")
 SELECTIONS = ("fstat", "fstat_standardised", "stratified")
 DATA_ENDS = ("kl", "decoder", "exclude")
 ADVANTAGES = ("raw", "normalised")
@@ -132,7 +132,9 @@ class AdaptiveSampler(Sampler):
         policy_hidden=Ints((64, 64), 1, allow_empty=True),
         # bins of t for the diagnostics of the policy's density (sampler/policy_density in metrics.jsonl)
         density_bins=Int(50, 1, "T"),
-        # what the reward is the reduction of at S: the bound's terms, or the training loss (module docstring)
+        # what the reward is the reduction of at S: the bound's terms, or the training loss (module docstring); or
+        # "credit": per image the first-order reduction of the bound at the strata S by a step on that image's own
+        # training example, <grad l_i(t_i), grad B_S> (docs/method.md#making-the-policy-learn)
         reward=Choice("bound", REWARDS),
         # -- making the policy learn (docs/method.md#making-the-policy-learn); each default is the behaviour above --
         # how S is chosen: "fstat" (reference) the F-statistic of y = the sweep row's sum on each column;
@@ -199,6 +201,12 @@ class AdaptiveSampler(Sampler):
                 cfg.num_selected,
                 f"must be at most {K - 1} with data_end=exclude: the sweep grid's {K} times less the data end",
             )
+        if cfg.reward == "credit" and cfg.selection != "stratified":
+            raise FieldError(
+                "selection",
+                cfg.selection,
+                "must be stratified with reward=credit: the bound's gradient is taken at fresh strata every update",
+            )
         if cfg.advantage == "normalised" and cfg.reward_baseline > 0:
             raise FieldError(
                 "reward_baseline",
@@ -239,7 +247,7 @@ class AdaptiveSampler(Sampler):
         self.reward_kind = cfg.get("reward", "bound")
         # one grid cell's share of the bound (1 on the chain: a step's KL; 1 / grid in continuous time, where the
         # ELBO integrand is per unit of t), so that entropy_coef and policy_grad_clip mean the same in both domains
-        self.reward_scale = self.time.cell_share if self.reward_kind == "bound" else 1.0
+        self.reward_scale = self.time.cell_share if self.reward_kind in ("bound", "credit") else 1.0
         self.probe = batch_size if cfg.probe_batch_size == -1 else cfg.probe_batch_size
         # the options of docs/method.md#making-the-policy-learn (a sub-config written before them has none)
         opt = lambda k: cfg.get(k, self.FIELDS[k].default)
@@ -343,6 +351,33 @@ class AdaptiveSampler(Sampler):
         delta = kl(ctx.params_before, kn_before, kd_before) - kl(ctx.params_after, kn_after, kd_after)
         return delta * self.reward_scale
 
+    def _credit(self, ctx, x0, y, t, ts, key):
+        """<grad l_i(theta_k; t_i), grad KL_s(theta_k)> for every probe image i [N] (drawn at t [N] this step) and
+        every s of ts [K]: [N, K]. KL_s is the bound's term at s, averaged over the N images (their own noise); l_i
+        is image i's training objective w(t_i) MSE (+ extra) with fresh noise, without the sampler's importance
+        weight. A step theta - eta grad l_i lowers KL_s by eta times this, to first order (Adam's preconditioning
+        left out): the share of the bound's reduction owed to image i's own draw. One gradient per s, one
+        forward-mode pass over the images each."""
+        N, K = x0.shape[0], ts.shape[0]
+        k_rows, k_drop, k_loss, k_loss_drop = jax.random.split(key, 4)
+        dropout = k_drop if self.cfg.probe_dropout else None
+        kl_only = self.data_end != "decoder"
+        params = ctx.params_before
+
+        def term(p, s):  # the mean over the images of the bound's term at ts[s] (one grid cell's share)
+            noise = jax.random.normal(jax.random.fold_in(k_rows, s), x0.shape, jnp.float32)
+            tr = jnp.full((N,), ts[s], ts.dtype)
+            rows = ctx.rows_fn(
+                p, x0, tr, noise, y=y, dropout_key=dropout, kl_only=kl_only, rows_per_device=self.cfg.probe_chunk_rows
+            )
+            return jnp.mean(rows) * self.reward_scale
+
+        loss_noise = jax.random.normal(k_loss, x0.shape, jnp.float32)
+        loss_dropout = k_loss_drop if self.cfg.probe_dropout else None
+        losses = lambda p: ctx.example_loss_fn(p, x0, t, loss_noise, loss_dropout, y)
+        cols = [jax.jvp(losses, (params,), (jax.grad(term)(params, s),))[1] for s in range(K)]
+        return jnp.stack(cols, axis=1)
+
     def _policy_loss(self, params, x0, u, advantage, from_policy, c):
         """The REINFORCE loss with entropy coefficient c, and the probe images' mean entropy."""
         a, b = self.policy.apply(params, x0)
@@ -436,7 +471,11 @@ class AdaptiveSampler(Sampler):
         yp = None if ctx.y is None else self._probe_rows(ctx.y)
         # the strata's draw takes a key of its own, so that the default's k_probe stream is unchanged
         S_used, cells = self._probe_times(state, jax.random.fold_in(ctx.key, 3))
-        delta = self._delta(ctx, xp, yp, S_used, k_probe) * cells  # [P, |S|]
+        if self.reward_kind == "credit":
+            tp = self._probe_rows(ctx.t)
+            delta = self._credit(ctx, xp, yp, tp, S_used, k_probe) * cells  # [P, |S|]
+        else:
+            delta = self._delta(ctx, xp, yp, S_used, k_probe) * cells  # [P, |S|]
         reward = jnp.sum(delta, axis=1)  # [P]
         advantage, new = self._advantage(state, reward)
         advantage = jax.lax.stop_gradient(advantage)
