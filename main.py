@@ -74,6 +74,7 @@ def main(argv):
 def run(config, workdir, mode: str = "train") -> int:
     """What main.py does once flags are parsed and JAX is set up, callable in-process (a notebook, a test): train,
     eval or compile. Bad input is one line on stderr and exit status 2; divergence is status 1."""
+    from core.torch_file import NotAStateDict
     from data import CorruptRecord, DatasetNotFound
     from training.checkpoint import CheckpointUnreadable, CheckpointWriteFailed, WorkdirMismatch
     from training.train import TrainingDiverged, train
@@ -104,7 +105,7 @@ def run(config, workdir, mode: str = "train") -> int:
             )
         else:
             train(config, workdir)
-    except (ConfigError, WorkdirMismatch, DatasetNotFound) as e:
+    except (ConfigError, WorkdirMismatch, DatasetNotFound, NotAStateDict) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except TrainingDiverged as e:
