@@ -146,6 +146,16 @@ def finished_run(tmp_path_factory):
     return base / "wd", r
 
 
+def files(folder) -> dict:
+    """{relative path: bytes} of every file under `folder`."""
+    out = {}
+    for d, _, names in os.walk(folder):
+        for n in names:
+            p = os.path.join(d, n)
+            out[os.path.relpath(p, folder)] = open(p, "rb").read()
+    return out
+
+
 def restore_checkpoint(workdir, step=None):
     """(step, state as a dict of arrays on one device) of a workdir's checkpoint (the latest by default), whatever
     the device topology that wrote it."""

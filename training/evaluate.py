@@ -29,7 +29,7 @@ from training import checkpoint as ckpt
 from training import report
 from training.setup import TRACES, build, generate
 from training.step import make_apply, to_float
-from training.validate import ConfigError
+from training.validate import ConfigError, check_workdir
 
 
 class NoCheckpoint(ConfigError):
@@ -180,6 +180,8 @@ def evaluate(config, workdir: str) -> dict:
     """Evaluate the latest checkpoint in `workdir`; returns the record written to DIR/eval/step_N.json."""
     if "://" not in workdir:
         workdir = os.path.abspath(workdir)
+        if os.path.isdir(os.path.join(workdir, "checkpoints")):  # else restore_latest says there is nothing to read
+            check_workdir(workdir, "eval")  # the results go there: refused before anything compiles
     setup = build(config)
     c = config
     step, state = restore_latest(setup, workdir)
