@@ -76,6 +76,7 @@ def run(config, workdir, mode: str = "train") -> int:
     from core.torch_file import NotAStateDict
     from data import CorruptRecord, DatasetNotFound
     from training.checkpoint import CheckpointUnreadable, CheckpointWriteFailed, WorkdirMismatch
+    from training.lock import WorkdirLocked
     from training.train import TrainingDiverged, train
     from training.validate import ConfigError
 
@@ -104,7 +105,7 @@ def run(config, workdir, mode: str = "train") -> int:
             )
         else:
             train(config, workdir)
-    except (ConfigError, WorkdirMismatch, DatasetNotFound, NotAStateDict) as e:
+    except (ConfigError, WorkdirMismatch, WorkdirLocked, DatasetNotFound, NotAStateDict) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except TrainingDiverged as e:
