@@ -12,9 +12,8 @@ from ml_collections import config_flags
 
 from core import cli
 
-config_flags.DEFINE_config_file(
-    "config", "configs/default.py", "Experiment config (a configs/*.py file).", lock_config=True
-)
+# --config is defined by check_overrides_then_run (define_config_flag), after the command line is checked:
+# ml_collections reads the overrides when the flag is defined, and fails with a traceback on some (--config.=3)
 flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and samples go.")
 flags.DEFINE_enum(
     "mode",
@@ -74,8 +73,10 @@ def main(argv):
 def run(config, workdir, mode: str = "train") -> int:
     """What main.py does once flags are parsed and JAX is set up, callable in-process (a notebook, a test): train,
     eval or compile. Bad input is one line on stderr and exit status 2; divergence is status 1."""
+    from core.torch_file import NotAStateDict
     from data import CorruptRecord, DatasetNotFound
     from training.checkpoint import CheckpointUnreadable, CheckpointWriteFailed, WorkdirMismatch
+    from training.lock import WorkdirLocked
     from training.train import TrainingDiverged, train
     from training.validate import ConfigError
 
@@ -104,7 +105,7 @@ def run(config, workdir, mode: str = "train") -> int:
             )
         else:
             train(config, workdir)
-    except (ConfigError, WorkdirMismatch, DatasetNotFound) as e:
+    except (ConfigError, WorkdirMismatch, WorkdirLocked, DatasetNotFound, NotAStateDict) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except TrainingDiverged as e:
@@ -153,21 +154,71 @@ def check_config_file(argv):
         raise ConfigError(f"--config={value}: {e}") from None
 
 
+def define_config_flag(flag_values, argv):
+    """Define --config (ml_collections' config file flag) in `flag_values`, its overrides those of `argv` (without
+    the program's name)."""
+    config_flags.DEFINE_config_file(
+        "config",
+        "configs/default.py",
+        "Experiment config (a configs/*.py file).",
+        flag_values=flag_values,
+        lock_config=True,
+        sys_argv=["main.py", *argv],
+    )
+
+
+def parse_overrides(argv, config):
+    """The --config file's config with argv's overrides, parsed by ml_collections as main's flags will be, but into
+    flags of its own: a value it cannot parse for its field is a ConfigError in one line naming the flag, the value
+    and the field's type (absl would print "FATAL Flags parsing error" and a second line, and exit 1). `config`: the
+    --config file's, for the types."""
+    import re
+
+    from core.fields import flatten
+    from training.validate import ConfigError
+
+    fv = flags.FlagValues()
+    try:
+        define_config_flag(fv, argv)
+        fv(["main.py", *argv], known_only=True)  # --workdir, --mode, --help: main's flags, parsed there
+    except (flags.Error, ValueError) as e:
+        why = " ".join(str(e).split())
+        m = re.match(r"flag --config\.([\w.]+)=(.*?): ", why)
+        if m is None:
+            raise ConfigError(why) from None
+        path, raw = m.groups()
+        current = flatten(config).get(path)
+        kind = "a section" if current is None else f"a {type(current).__name__}"
+        raise ConfigError(f"--config.{path}={raw!r} is not allowed: must be {kind} ({why[m.end() :]})") from None
+    return fv.config
+
+
+def check_command_line(argv):
+    """(argv, part switches, config) of a command line: a bad config argument, an override naming no field or a
+    value its field's parser refuses would fail deep inside flag parsing with a traceback or two lines; each is a
+    ConfigError in one line here. argv comes back with fields' earlier names rewritten (a note each) and the part
+    switches taken out (main applies them to the parsed config)."""
+    from training.validate import check_overrides, part_switches, rename_overrides
+
+    config = check_config_file(argv)
+    argv = rename_overrides(argv, config)  # fields' earlier names (sample.ddim_steps), a note
+    switches = part_switches(argv, config)
+    deferred = {f"--config.{path}={value}" for path, value in switches}
+    argv = [a for a in argv if a not in deferred]
+    check_overrides(argv, config)
+    return argv, switches, parse_overrides(argv, config)
+
+
 def check_overrides_then_run():
-    """A bad config argument or an override naming no field would fail deep inside flag parsing with a traceback:
-    refuse them first, in one line."""
-    from training.validate import ConfigError, check_overrides, part_switches, rename_overrides
+    """Refuse a bad command line in one line (check_command_line), then run main."""
+    from training.validate import ConfigError
 
     try:
-        config = check_config_file(sys.argv[1:])
-        sys.argv[1:] = rename_overrides(sys.argv[1:], config)  # fields' earlier names (sample.ddim_steps), a note
-        SWITCHES[:] = part_switches(sys.argv[1:], config)
-        deferred = {f"--config.{path}={value}" for path, value in SWITCHES}
-        sys.argv[1:] = [a for a in sys.argv[1:] if a not in deferred]
-        check_overrides(sys.argv[1:], config)
+        sys.argv[1:], SWITCHES[:], _ = check_command_line(sys.argv[1:])
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    define_config_flag(FLAGS, sys.argv[1:])
     cli.run(lambda argv: sys.exit(main(argv)))
 
 

@@ -62,6 +62,7 @@ def encode_dataset(
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
     from tqdm import tqdm
 
+    from core.torch_file import NotAStateDict
     from data.embedded_autoencoder import resolve
     from latent import make_autoencoder
 
@@ -78,7 +79,10 @@ def encode_dataset(
     except Exception as e:  # one line, as validation gives it
         raise SystemExit(f"error: {e}") from None
     flipped = {"auto": bool(data_cfg.random_flip), "yes": True, "no": False}[flip]
-    ae = make_autoencoder(resolve(autoencoder, cache))
+    try:
+        ae = make_autoencoder(resolve(autoencoder, cache))
+    except NotAStateDict as e:  # a weights file refused (damaged, or one that would run code): before any output
+        raise SystemExit(f"error: --autoencoder={autoencoder}: {e}") from None
     h, w, c = data_cfg.image_size, data_cfg.image_size, data_cfg.channels
     latent_shape = list(ae.latent_shape((h, w, c)))
     want = dict(

@@ -42,7 +42,9 @@ Sampling (`sample`; edm_sampler, EDM's Algorithm 2): N = `steps` noise levels
     sigma_i = (sigma_max^(1/rho) + i / (N - 1) (sigma_min^(1/rho) - sigma_max^(1/rho)))^rho,  i < N,  sigma_N = 0,
 x_0 = sigma_max z (the prior N(0, sigma_max^2 I)); at each step the stochastic churn (S_churn, S_min, S_max,
 S_noise: `s_churn`, ...) first raises sigma_i to sigma_hat = sigma_i (1 + gamma), gamma = min(S_churn / N, sqrt2 - 1)
-where S_min <= sigma_i <= S_max (else 0), adding sqrt(sigma_hat^2 - sigma_i^2) S_noise z; then an Euler step
+where S_min <= sigma_i <= S_max (else 0), adding sqrt(sigma_hat^2 - sigma_i^2) S_noise z, computed as
+sigma_i sqrt(gamma (2 + gamma)) S_noise z: exactly 0 where gamma = 0 (compiled, the difference of squares is the
+rounding error of sigma_i^2 there, of either sign, and its root NaN); then an Euler step
 d = (x - D(x, sigma_hat)) / sigma_hat to sigma_{i+1} and, except in the last step (to sigma_N = 0), Heun's
 correction with D at sigma_{i+1}. Default churn 0: the deterministic Heun sampler (Algorithm 1), 2 N - 1
 evaluations. Methods: "heun" (that), "euler" (the same levels and churn, no correction: N evaluations), "ancestral"
@@ -126,8 +128,12 @@ def edm_sampler(
             r2 = (s_next / s_cur) ** 2
             x_new = d0 + r2 * (x - d0) + jnp.sqrt(s_next**2 * (1.0 - r2)) * z
             return constrain(x_new), None
-        s_hat = s_cur * (1.0 + churn_gamma(s_cur, n, s_churn, s_min, s_max))
-        x_hat = constrain(x + jnp.sqrt(s_hat**2 - s_cur**2) * s_noise * z)
+        gamma = churn_gamma(s_cur, n, s_churn, s_min, s_max)
+        s_hat = s_cur * (1.0 + gamma)
+        # sqrt(s_hat^2 - s_cur^2) written as s_cur sqrt(gamma (2 + gamma)): exactly 0 where gamma is 0. Compiled, the
+        # difference of squares was the rounding error of s_cur^2 there (XLA's fused multiply-add keeps one product
+        # unrounded), of either sign: stray noise, and NaN under the root.
+        x_hat = constrain(x + s_cur * jnp.sqrt(gamma * (2.0 + gamma)) * s_noise * z)
         d_cur = (x_hat - denoise(x_hat, jnp.full((B,), s_hat))) / s_hat
         x_next = constrain(x_hat + (s_next - s_hat) * d_cur)
         if method == "euler":

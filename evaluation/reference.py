@@ -68,6 +68,8 @@ def write_reference(
 
 def main(argv):
     del argv
+    from core.torch_file import NotAStateDict
+
     c = FLAGS.config
     if not c.eval.fid.inception_weights or not os.path.isfile(c.eval.fid.inception_weights):
         print(
@@ -80,7 +82,7 @@ def main(argv):
         out = write_reference(
             c, FLAGS.output, FLAGS.split, FLAGS.max_images, not FLAGS.no_features, log=lambda m: print(m, flush=True)
         )
-    except FileExistsError as e:
+    except (FileExistsError, NotAStateDict) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"Reference statistics of {out['num_images']} {c.data.name} {FLAGS.split} images: {FLAGS.output}")

@@ -146,6 +146,37 @@ def finished_run(tmp_path_factory):
     return base / "wd", r
 
 
+def files(folder) -> dict:
+    """{relative path: bytes} of every file under `folder`."""
+    out = {}
+    for d, _, names in os.walk(folder):
+        for n in names:
+            p = os.path.join(d, n)
+            out[os.path.relpath(p, folder)] = open(p, "rb").read()
+    return out
+
+
+# A process that holds a workdir's lock (training/lock.py) until its stdin is closed.
+HOLDER = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from training.lock import acquire
+lock = acquire(sys.argv[2], heartbeat_s=float(sys.argv[3]))
+print("held", flush=True)
+sys.stdin.read()
+lock.release()
+"""
+
+
+def lock_holder(workdir, heartbeat_s: float = 60.0):
+    """A real second process holding `workdir`'s lock (subprocess.Popen), once it holds it; closing its stdin makes
+    it release the lock and exit."""
+    cmd = [sys.executable, "-c", HOLDER, ROOT, str(workdir), str(heartbeat_s)]
+    p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "held"
+    return p
+
+
 def restore_checkpoint(workdir, step=None):
     """(step, state as a dict of arrays on one device) of a workdir's checkpoint (the latest by default), whatever
     the device topology that wrote it."""

@@ -141,6 +141,26 @@ def test_churn_raises_the_noise_level_by_hand():
     np.testing.assert_array_equal(a, edm_sampler(gaussian_denoiser, x, sigmas, jax.random.PRNGKey(2)))
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_compiled_sampler_with_edms_imagenet_churn_is_finite_and_equals_the_eager_one(dtype):
+    """EDM's stochastic ImageNet-64 settings (S_churn 40, S_min 0.05, S_max 50, S_noise 1.003) on configs/edm.py's
+    18 levels, the process's sampler with a stand-in network, compiled at XLA's default optimisation level (the
+    suite lowers it, and the fault does not show there). gamma is 0 at the first two levels (80, 67 > S_max) and
+    the last (< S_min), where the noise added must be exactly 0: sqrt(s_hat^2 - s^2), compiled, was the rounding
+    error of s^2 there, of either sign (NaN from the root, stray noise otherwise), while run eagerly it was 0."""
+    with jax.enable_x64(dtype == "float64"):
+        p = EDM(s_churn=40.0, s_min=0.05, s_max=50.0, s_noise=1.003)
+        f = lambda key: p.sample(lambda x, t: 0.1 * x, key, (2, 8, 8, 3), method="heun", steps=18, clip=False)
+        key = jax.random.PRNGKey(0)
+        compiled = np.asarray(jax.jit(f).lower(key).compile({"xla_backend_optimization_level": 3})(key))
+        with jax.disable_jit():
+            eager = np.asarray(f(key))
+    assert compiled.dtype == eager.dtype == dtype
+    assert np.isfinite(eager).all() and np.isfinite(compiled).all()
+    # float64 samples with float32 levels (edm_sigmas), hence more than float64's rounding between the two
+    np.testing.assert_allclose(compiled, eager, rtol=0, atol={"float32": 1e-5, "float64": 1e-6}[dtype])
+
+
 @pytest.mark.parametrize("method", ["heun", "euler", "ancestral"])
 def test_sampling_with_the_network_reaches_the_gaussian_data(method):
     """EDM.sample through the preconditioning with F of the optimal denoiser for x0 ~ N(mu, s^2 I), from

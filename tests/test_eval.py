@@ -8,7 +8,7 @@ import subprocess
 import jax
 import numpy as np
 
-from conftest import main_cmd, restore_checkpoint, run_main, tiny_config, tiny_flags
+from conftest import lock_holder, main_cmd, restore_checkpoint, run_main, tiny_config, tiny_flags
 
 FID = {
     "eval.fid.num_samples": 24,
@@ -33,15 +33,23 @@ def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finishe
     wd = tmp_path / "run"
     shutil.copytree(finished_run[0], wd)
     fid_flags = [f"--config.{k}={v}" for k, v in FID.items()]
-    r = subprocess.run(
-        eval_cmd(wd, "--config.eval.nll_images=16", "--config.eval.num_samples=4", *fid_flags),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    holder = lock_holder(wd)  # as a training run writing the workdir: evaluation only reads, and runs beside it
+    try:
+        r = subprocess.run(
+            eval_cmd(wd, "--config.eval.nll_images=16", "--config.eval.num_samples=4", *fid_flags),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        holder.stdin.close()
+        holder.wait()
     assert r.returncode == 0, r.stderr[-3000:]
     rec = json.load(open(wd / "eval" / "step_0000004.json"))
     assert rec["checkpoint_step"] == 4 and f"Results: {wd}/eval/step_0000004.json" in r.stdout
+    assert r.stdout.startswith("checkpoint 4: test NLL <= ")
+    assert f"note: a run is writing --workdir={wd} (process {holder.pid} on host " in r.stderr, r.stderr[-3000:]
+    assert "; evaluating checkpoint 4, its newest complete one now" in r.stderr
     nll = rec["nll_bpd"]
     assert nll["protocol"]["images"] == 16 and nll["protocol"]["timesteps"] == 1000
     assert nll["protocol"]["parameters"] == "EMA" and nll["protocol"]["split"] == "test"

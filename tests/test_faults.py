@@ -15,22 +15,13 @@ import uuid
 import numpy as np
 import pytest
 
-from conftest import ROOT, main_cmd, tiny_flags
+from conftest import ROOT, files, main_cmd, tiny_flags
 
 
-def run(workdir, steps, **over):
+def run(workdir, steps, mode="train", **over):
     flags = tiny_flags(**{"train.num_steps": steps, "train.ckpt_every": 2, "train.log_every": 2, **over})
-    return subprocess.run(main_cmd(f"--workdir={workdir}", *flags), capture_output=True, text=True, timeout=300)
-
-
-def files(folder) -> dict:
-    """{relative path: bytes} of every file under `folder`."""
-    out = {}
-    for d, _, names in os.walk(folder):
-        for n in names:
-            p = os.path.join(d, n)
-            out[os.path.relpath(p, folder)] = open(p, "rb").read()
-    return out
+    cmd = main_cmd(f"--workdir={workdir}", f"--mode={mode}", *flags)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
 
 
 def steps_in(wd):
@@ -161,6 +152,48 @@ def test_a_workdir_with_checkpoints_but_no_run_config_is_refused(two_checkpoints
     err = r.stderr.strip().splitlines()
     assert len(err) == 1 and f"--workdir={wd} holds checkpoints 2, 4 but no run_config.json" in err[0], r.stderr
     assert files(wd) == before  # not re-created, nothing touched
+
+
+@contextlib.contextmanager
+def read_only_copy(src, tmp_path):
+    """A copy of folder `src` that cannot be written: on a tmpfs mounted read-only (root), else without write
+    permission (any other user; root ignores permissions)."""
+    folder = str(tmp_path / "ro")
+    os.makedirs(folder)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", folder], capture_output=True)
+    if mounted.returncode != 0 and os.geteuid() == 0:
+        pytest.skip("root without mount: a folder root cannot write is not available")
+    wd = os.path.join(folder, "wd")
+    shutil.copytree(src, wd)
+    if mounted.returncode == 0:
+        subprocess.run(["mount", "-o", "remount,ro", folder], check=True)
+    else:
+        for d, _, _ in os.walk(wd):
+            os.chmod(d, 0o555)
+    try:
+        yield wd
+    finally:
+        if mounted.returncode == 0:
+            subprocess.run(["umount", "-l", folder], check=False)
+        else:
+            for d, _, _ in os.walk(wd):
+                os.chmod(d, 0o755)
+
+
+@pytest.mark.parametrize("mode", ["train", "eval"])
+def test_a_workdir_that_cannot_be_written_is_one_line_before_compiling(finished_run, tmp_path, mode):
+    """A finished run's workdir on a read-only mount: resuming it and evaluating it both stop in one line naming
+    the workdir and the reason, status 2, before anything compiles (--mode=eval, which writes eval/, computed the
+    bound and samples first and then failed with a traceback)."""
+    with read_only_copy(finished_run[0], tmp_path) as wd:
+        r = run(wd, steps=6) if mode == "train" else run(wd, 4, **{"eval.nll_images": 16}, mode=mode)
+    err = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(err) == 1, r.stderr[-3000:]
+    inside = " (eval/ in it)" if mode == "eval" else ""
+    assert re.fullmatch(
+        rf"error: --workdir='{wd}' cannot be written{re.escape(inside)}: (Read-only file system|Permission denied)",
+        err[0],
+    ), err
 
 
 def write_images(folder, n, bad):

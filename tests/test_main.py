@@ -269,3 +269,115 @@ def test_a_field_the_new_part_lacks_is_one_line():
     with pytest.raises(ConfigError) as e:
         apply_switches(get_config(), part_switches(["--config.model.name=dit", "--config.model.depth=x"], get_config()))
     assert "--config.model.depth='x' is not allowed: must be a int" in str(e.value)
+
+
+def fuzzed_command_lines(n: int, seed: int = 0):
+    """n command lines of one to three --config arguments: fields, sections and switches of the default config, their
+    names broken (a character dropped, a dot doubled, an index, a letter outside ASCII), fields of other parts, and
+    values that are every type's edge (huge, NaN, empty, unbalanced brackets, quotes, another flag)."""
+    import random
+
+    from configs.default import get_config
+    from core.fields import flatten
+
+    rng = random.Random(seed)
+    fields = sorted(flatten(get_config()))
+    sections = sorted({f.rsplit(".", 1)[0] for f in fields if "." in f})
+    switches = ["model.name=dit", "model.name=uvit", "diffusion.name=flow", "diffusion.name=edm", "data.name=mnist"]
+    others = ["model.depth", "model.size", "model.hidden_size", "diffusion.sigma_max", "diffusion.s_churn"]
+    values = [
+        *(
+            "",
+            "0",
+            "-1",
+            "1",
+            "3",
+            "1e3",
+            "1e400",
+            "-1e-400",
+            "nan",
+            "-inf",
+            "0x10",
+            "1_000",
+            " 3 ",
+            "99999999999999999999",
+        ),
+        *("True", "false", "yes", "T", "None", "none", "()", "(1,)", "(1, 2)", "[1,[2]]", "(", "((1,)", "(1,", ")"),
+        *("'", '"', "'a'", "a,b", "=", "==", "--mode=eval", "dit", "uniform", "ü", "\t", "a b", "{}", "{'a': 1}"),
+    ]
+
+    def path():
+        kind = rng.random()
+        p = rng.choice(fields if kind < 0.6 else sections if kind < 0.7 else others)
+        if rng.random() < 0.3:
+            i = rng.randrange(len(p) + 1)
+            p = rng.choice([p[:i] + p[i + 1 :], p[:i] + "." + p[i:], p + "[0]", p[:i] + "ü" + p[i:], "." + p, p + "."])
+        return p
+
+    def arg():
+        r = rng.random()
+        if r < 0.15:
+            return "--config." + rng.choice(switches)
+        if r < 0.2:
+            return rng.choice(["--config=configs/default.py:x", "--config=", "--config=/no/such.py", "--config.x"])
+        return f"--config.{path()}={rng.choice(values)}"
+
+    return [[arg() for _ in range(rng.randint(1, 3))] for _ in range(n)]
+
+
+@pytest.mark.filterwarnings("ignore:the load_module:DeprecationWarning")  # ml_collections loads the config file so
+def test_fuzzed_command_lines_give_a_config_or_one_line(capsys):
+    """main.py's path from a command line to a checked config, before JAX starts (check_command_line, then what
+    main() does: apply the part switches, check the fields and values), on 400 fuzzed command lines: each gives a
+    config or a ConfigError in one line; nothing else escapes (on main, a traceback from ml_collections' flag
+    definition, e.g. for --config.=3, or for a switch's field such as --config.model.depth without --config)."""
+    import main
+    from training.validate import apply_switches, check_fields, check_values
+
+    bad, refused = [], 0
+    for argv in fuzzed_command_lines(400):
+        try:
+            _, switches, config = main.check_command_line(argv)
+            with config.unlocked():
+                apply_switches(config, switches)
+            check_fields(config)
+            check_values(config)
+        except ConfigError as e:
+            refused += 1
+            if "\n" in str(e):
+                bad.append(f"{argv}: two lines: {e}")
+        except Exception as e:
+            bad.append(f"{argv}: {type(e).__name__}: {e}")
+    capsys.readouterr()  # the renamed fields' and switches' notes
+    assert not bad, "\n".join(bad[:20])
+    assert 100 < refused < 400  # both outcomes reached
+    with pytest.raises(ConfigError) as e:  # absl's "FATAL Flags parsing error" and a second line, on main
+        main.check_command_line(["--config.train.lr=abc"])
+    assert (
+        str(e.value)
+        == "--config.train.lr='abc' is not allowed: must be a float (could not convert string to float: 'abc')"
+    )
+
+
+@pytest.mark.parametrize(
+    "args,line",
+    [
+        (["--config.=3"], "error: --config.: config. is not a config field; see configs/default.py for the fields"),
+        (
+            ["--config.model.name=dit", "--config.model.size=custom", "--config.model.depth=0"],
+            "error: config.model.depth=0 is not allowed: must be an integer >= 1",
+        ),
+    ],
+)
+def test_a_bad_command_line_is_one_line_before_jax_starts(tmp_path, args, line):
+    """Through main.py itself, without --config (ml_collections then parses the overrides when the flag is
+    defined): one line and status 2, nothing written."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    cmd = [sys.executable, os.path.join(ROOT, "main.py"), f"--workdir={tmp_path}/w", *args]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stderr.strip().splitlines()) == (2, [line]), r.stderr[-3000:]
+    assert not (tmp_path / "w").exists()

@@ -52,6 +52,7 @@ def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path, fini
         assert p.returncode == 0, err[-3000:]
     # process 0 alone writes metrics, samples and pictures; both wrote their shards of the checkpoint
     assert "Samples:" in outs[0][0] and "Samples:" not in outs[1][0]
+    assert not os.path.exists(os.path.join(wd, ".lock"))  # process 0 took the job's lock and released it
     rows = [json.loads(line) for line in open(os.path.join(wd, "metrics.jsonl"))]
     one = [json.loads(line) for line in open(finished_run[0] / "metrics.jsonl")]
     assert [r["step"] for r in rows] == [2, 4] and sum(rows[0]["t_hist"]) == 2 * 16
@@ -103,6 +104,7 @@ def test_a_signal_to_one_process_stops_both_at_the_same_step_with_a_checkpoint(t
         raise AssertionError(f"the two processes did not stop together: {logs}") from None
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-3000:]  # both stopped cleanly (a process left behind would hang the other)
+    assert not os.path.exists(os.path.join(wd, ".lock"))  # released on the signal's way out
     # process 0 reports for the run: it stopped on process 1's signal, at a step where the processes compare flags
     m = re.search(r"Stopped by another process's signal at step (\d+): checkpoint \1 is in", outs[0][0])
     assert m, outs[0][0] + outs[0][1][-2000:]

@@ -57,6 +57,7 @@ def test_sigterm_kill_9_and_sigint_never_cost_the_run_and_resume_exactly(tmp_pat
     equals that of a run of N steps without interruption."""
     wd = str(tmp_path / "preempted")
     ck = os.path.join(wd, "checkpoints")
+    lock = os.path.join(wd, ".lock")  # training/lock.py
 
     def started(proc):
         seen = metrics_lines(wd)
@@ -70,7 +71,8 @@ def test_sigterm_kill_9_and_sigint_never_cost_the_run_and_resume_exactly(tmp_pat
         assert m, out + err[-2000:]
         assert m.group(1) in os.listdir(ck)
         assert not os.path.exists(os.path.join(wd, "samples"))  # a stopped run does not spend its notice on samples
-        return int(m.group(1)), out
+        assert not os.path.exists(lock)  # released on the signal's way out
+        return int(m.group(1)), out + err
 
     proc = start(wd, steps=STEPS_FOREVER)
     started(proc)
@@ -95,11 +97,14 @@ def test_sigterm_kill_9_and_sigint_never_cost_the_run_and_resume_exactly(tmp_pat
     partial = [d for d in os.listdir(ck) if "tmp" in d]
     last = max(int(d) for d in os.listdir(ck) if d.isdigit())
     assert partial and last > n1  # killed in the middle of a write, after complete ones
+    killed = proc.pid
+    assert json.load(open(lock))["pid"] == killed  # left behind, stale: its process is gone
 
     proc = start(wd, steps=STEPS_FOREVER)
     started(proc)
     n2, out = stop(proc, signal.SIGINT)
     assert f"Resuming from checkpoint step {last}" in out and n2 > last
+    assert "(last heartbeat " in out and f"): its process {killed} on this host (" in out  # the note of the takeover
     assert not [d for d in os.listdir(ck) if "tmp" in d]  # the half-written checkpoint is gone, never read
     steps = [json.loads(line)["step"] for line in open(os.path.join(wd, "metrics.jsonl"))]
     assert steps == sorted(set(steps)) and steps[-1] == n2  # no duplicate records from the killed attempt

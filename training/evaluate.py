@@ -17,6 +17,7 @@ every run (common random numbers: differences between steps and runs are not eva
 
 import json
 import os
+import sys
 import time
 
 import jax
@@ -27,9 +28,10 @@ from data import load_split, pixel_split
 from evaluation.features import fid_unavailable_reason, make_feature_space
 from training import checkpoint as ckpt
 from training import report
+from training.lock import holder
 from training.setup import TRACES, build, generate
 from training.step import make_apply, to_float
-from training.validate import ConfigError
+from training.validate import ConfigError, check_workdir
 
 
 class NoCheckpoint(ConfigError):
@@ -180,9 +182,19 @@ def evaluate(config, workdir: str) -> dict:
     """Evaluate the latest checkpoint in `workdir`; returns the record written to DIR/eval/step_N.json."""
     if "://" not in workdir:
         workdir = os.path.abspath(workdir)
+        if os.path.isdir(os.path.join(workdir, "checkpoints")):  # else restore_latest says there is nothing to read
+            check_workdir(workdir, "eval")  # the results go there: refused before anything compiles
     setup = build(config)
     c = config
     step, state = restore_latest(setup, workdir)
+    running = holder(workdir)  # evaluation only reads: it may run beside training, and says so
+    if running and jax.process_index() == 0:
+        print(
+            f"note: a run is writing --workdir={workdir} ({running}); evaluating checkpoint {step}, its newest "
+            "complete one now",
+            file=sys.stderr,
+            flush=True,
+        )
     space = make_feature_space(c)  # before the long bound: a bad weights or statistics file stops here
     # the real images FID's test-split line scores (a latent model's: its source dataset's), opened before sampling
     pixels, no_pixels = None, None

@@ -20,6 +20,7 @@ from data import BatchIterator, load_split
 from training import aot, report
 from training import checkpoint as ckpt
 from training.evaluate import PeriodicEval
+from training.lock import hold
 from training.mesh import wait_for_every_process
 from training.preemption import StopRequest
 from training.setup import Setup, build, generate, initial_state
@@ -59,17 +60,19 @@ def summarise(window, first_step):
 
 
 def train(config, workdir: str):
-    """Train (or resume) in `workdir`. Returns the final train state."""
+    """Train (or resume) in `workdir`, holding its lock (training/lock.py: WorkdirLocked if another run holds it).
+    Returns the final train state."""
     check_workdir(workdir)
     if "://" not in workdir:
         workdir = os.path.abspath(workdir)  # orbax needs absolute paths
-    setup = build(config)
-    ckpt.check_run_identity(config, workdir)
-    mngr = ckpt.make_manager(config, workdir)
-    try:  # closed on every way out: orbax's threads must not outlive it
-        return Loop(setup, mngr, workdir).run()
-    finally:
-        mngr.close()
+    with hold(workdir):  # one writer per workdir (training/lock.py): before anything is built, compiled or written
+        setup = build(config)
+        ckpt.check_run_identity(config, workdir)
+        mngr = ckpt.make_manager(config, workdir)
+        try:  # closed on every way out: orbax's threads must not outlive it
+            return Loop(setup, mngr, workdir).run()
+        finally:
+            mngr.close()
 
 
 class Loop:

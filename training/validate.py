@@ -284,16 +284,19 @@ def validate(config):
     schema.check_parts(config, devices=dp)  # the parts' rules that depend on the device count
 
 
-def check_workdir(workdir: str):
-    """The workdir must be creatable and writable (local paths; remote ones are checked by orbax)."""
+def check_workdir(workdir: str, folder: str = ""):
+    """The workdir (or its `folder`, where a mode writes: eval/) must be creatable and writable (local paths; remote
+    ones are checked by orbax): a read-only mount or a missing permission is one line before anything compiles."""
     if "://" in workdir:
         return
+    where = os.path.join(workdir, folder) if folder else workdir
     try:
-        os.makedirs(workdir, exist_ok=True)
+        os.makedirs(where, exist_ok=True)
         # A probe of its own per process: processes of one job share the workdir, and a shared name let one process
         # remove the probe another was about to remove (FileNotFoundError, seen in CI).
-        fd, probe = tempfile.mkstemp(prefix=".write_probe.", dir=workdir)
+        fd, probe = tempfile.mkstemp(prefix=".write_probe.", dir=where)
         os.close(fd)
         os.remove(probe)
     except OSError as e:
-        raise ConfigError(f"--workdir={workdir!r} cannot be written: {e.strerror or e}") from None
+        inside = f" ({folder}/ in it)" if folder else ""
+        raise ConfigError(f"--workdir={workdir!r} cannot be written{inside}: {e.strerror or e}") from None
