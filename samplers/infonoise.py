@@ -23,7 +23,9 @@ MSE / F, and of its weight relative to the bound's, w F / SNR, give r_b = m_b g(
 Gate (`gate`): "fixed" the onset c = `gate_c` (default 0.15 in sigma, the setting a public port attributes to the
 paper's CIFAR-10 runs), "none" no gate, "auto" the onset a public JAX port attributes to the paper's appendix: with
 the rate per unit of sigma, s_b = m_b / sigma_b^3, c is the largest sigma_b whose s_b reaches `gate_p` (0.002) times the
-largest s; exponent n = `gate_n` (3).
+largest s; exponent n = `gate_n` (3). Both the largest s and c are taken over the bins that hold time (mu_b > 0): on
+the chain some bins at the low-noise end hold no timestep (6 of 100 on the linear T = 1,000 chain), and their m_b,
+copied from the nearest seen bin at a smaller sigma_b, would give a rate the model never showed.
 
 Sources and choices: no official code exists; the formulas were read from two public ports (asdf1434/noise-schedule-
 exp `src/infonoise.py`, JAX; WalkingMeatAxolotl/AnimaLoraStudio `runtime/training/timestep_samplers/infonoise.py`,
@@ -85,7 +87,10 @@ class InfoNoiseSampler(HistogramSampler):
         if self.cfg.gate != "auto":
             return self.cfg.gate_c
         s = m / self.sigma**3
-        reach = (s >= self.cfg.gate_p * jnp.max(s)) & (self.mu > 0)
+        # Only bins that hold timesteps count, in the maximum too: a chain's empty bin carries its nearest seen
+        # bin's m at a smaller sigma of its own, a rate the model never showed (in continuous time no bin is empty)
+        nonempty = self.mu > 0
+        reach = (s >= self.cfg.gate_p * jnp.max(jnp.where(nonempty, s, -jnp.inf))) & nonempty
         return jnp.max(jnp.where(reach, self.sigma, 0.0))
 
     def bin_mass(self, m):

@@ -418,6 +418,37 @@ def test_infonoise_automatic_gate_onset_by_hand():
     assert c_hand == sig[closed >= 0.002 * closed.max()].max()  # the bins' means give the closed form's onset
 
 
+def test_infonoise_automatic_gate_onset_ignores_the_chains_empty_bins():
+    """On the linear T = 1,000 chain 6 of the 100 log-SNR bins hold no timestep (at the low-noise end, where
+    consecutive steps are far apart in log SNR). Their x0-MSE is the nearest seen bin's while their sigma is smaller,
+    so their rate m / sigma^3 is the largest: counted in the maximum they lower the onset. Hand-computed profile:
+    Gaussian data of variance 0.25 at each bin's middle, m = v sigma^2 / (v + sigma^2); only bins with timesteps
+    count, for the maximum as for the onset. In continuous time every bin holds time, and the onset is the
+    all-bins rule bit for bit."""
+    v, p = 0.25, 0.002
+
+    def onset(c):
+        sampler = make_sampler(c.sampler, make_process(c.diffusion), 16)
+        nb = c.sampler.infonoise.num_bins
+        mu, sig = np.asarray(sampler.mu64), np.exp(-0.5 * sampler.bin_logsnr64)
+        full = mu > 0
+        m = np.where(full, gaussian_x0_mse(sig, v), 0.0)
+        state = dict(x0_mse=jnp.asarray(m, jnp.float32), rel_weight=jnp.ones((nb,)), seen=jnp.asarray(full))
+        filled = sampler.filled(state)["x0_mse"]
+        return float(sampler.onset(filled)), np.asarray(filled, np.float64) / sig**3, sig, full
+
+    got, s, sig, full = onset(config(**{"sampler.name": "infonoise", "sampler.infonoise.gate": "auto"}))
+    assert np.flatnonzero(~full).tolist() == [90, 92, 94, 96, 97, 98]
+    by_hand = sig[full & (s >= p * s[full].max())].max()
+    all_bins = sig[full & (s >= p * s.max())].max()  # the rule before: the empty bins' rates in the maximum
+    assert (round(by_hand, 3), round(all_bins, 3)) == (0.985, 0.895)
+    assert got == pytest.approx(by_hand, rel=1e-6)
+
+    got, s, sig, full = onset(flow_config(**{"sampler.name": "infonoise", "sampler.infonoise.gate": "auto"}))
+    assert full.all()
+    np.testing.assert_array_equal(got, np.float32(sig[s >= p * s.max()].max()))
+
+
 @pytest.mark.parametrize(
     "rule, want", [("fixed", 3.0), ("sd3", 0.5), ("flux", math.exp(0.5 + 0.65 * (256 - 256) / 3840))]
 )
