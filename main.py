@@ -186,10 +186,13 @@ def parse_overrides(argv, config):
         m = re.match(r"flag --config\.([\w.]+)=(.*?): ", why)
         if m is None:
             raise ConfigError(why) from None
-        path, raw = m.groups()
+        path = m.group(1)
+        given = [a.split("=", 1)[1] for a in argv if a.startswith(f"--config.{path}=")]
+        raw = given[-1] if given else m.group(2)  # the message's own copy ends at the first ": " in the value
+        reason = why.split(f"={raw}: ", 1)[1] if f"={raw}: " in why else why[m.end() :]
         current = flatten(config).get(path)
         kind = "a section" if current is None else f"a {type(current).__name__}"
-        raise ConfigError(f"--config.{path}={raw!r} is not allowed: must be {kind} ({why[m.end() :]})") from None
+        raise ConfigError(f"--config.{path}={raw!r} is not allowed: must be {kind} ({reason})") from None
     return fv.config
 
 
