@@ -213,16 +213,21 @@ class ContinuousProcess(Process):
         ends (for the linear schedule it is stratification in t); stratifying in t instead would put one time in
         the first 1/num_t of a cosine schedule, where most of the loss is."""
         k_t, k_noise = jax.random.split(key)
-        if self.invertible:
-            hi, lo = self.logsnr(jnp.asarray([0.0, 1.0], jnp.float32))
-            lam = hi + (lo - hi) * stratified_times(k_t, num_t)
-            ts = self.t_of_logsnr(lam)
-            weights = (hi - lo) / (-self.dlogsnr(ts) * num_t)
-        else:  # no inverse (a learned schedule): stratified in t
-            ts = stratified_times(k_t, num_t)
-            weights = jnp.full((num_t,), 1.0 / num_t, jnp.float32)
+        ts, weights = self.cell_times(stratified_times(k_t, num_t), num_t)
         noise = jax.random.normal(k_noise, (num_t,) + x0.shape, x0.dtype)
         return (self.bound_terms(apply_fn, x0, ts, noise, max_rows=max_rows) * weights).sum(axis=1)
+
+    def cell_times(self, u, num_cells: int):
+        """(ts, weights) [N] of the diffusion loss's stratified estimate, from positions u [N] in [0, 1) that fall
+        in num_cells equal cells: in log SNR where the process is invertible, t = t_of_logsnr(lambda(0) +
+        (lambda(1) - lambda(0)) u), weight (lambda(0) - lambda(1)) / (-lambda'(t) num_cells) (the integral over t
+        written over lambda); else (a learned schedule) t = u, weight 1 / num_cells. One u per cell: sum weights x
+        integrand is unbiased for the diffusion loss (diffusion_loss)."""
+        if self.invertible:
+            hi, lo = self.logsnr(jnp.asarray([0.0, 1.0], jnp.float32))
+            ts = self.t_of_logsnr(hi + (lo - hi) * u)
+            return ts, (hi - lo) / (-self.dlogsnr(ts) * num_cells)
+        return u, jnp.full(u.shape, 1.0 / num_cells, jnp.float32)
 
     # -- likelihood through the probability-flow ODE -------------------------------------------------------------
     def likelihood_ode(self, apply_fn):

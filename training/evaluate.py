@@ -108,22 +108,19 @@ def _ceil_div(a, b):
     return -(-a // b)
 
 
-def bound_bpd(setup, params, images_u8, key, num_t: int = 0, labels=None):
-    """(mean bits/dim, per-image bits/dim [N], seconds) of the full bound over images_u8 [N, H, W, C] (a latent
-    model's latents: then per latent dimension), or with num_t > 0 of its unbiased estimate from num_t stratified
-    timesteps (the process's nll_bpd_estimate). A class-conditional model's bound is conditional on the true
-    labels [N]. Every process passes the same images; each puts its share of every batch on its devices."""
+def over_batches(setup, images_u8, call, labels=None):
+    """call(x, y, i) -> a pytree of [B, ...] device arrays for each batch of images_u8 [N, H, W, C] (x: the batch,
+    sharded; y: its labels [B] or None; i: the index of its first image), each gathered from every process and
+    concatenated over the batches, the padding dropped: the pytree of [N, ...] host arrays. As few equal batches of
+    at most eval.batch_size as cover N (one compiled shape, little padding), each a multiple of the device count;
+    every process passes the same images and puts its share of every batch on its devices."""
     from jax.experimental import multihost_utils
 
     c = setup.config
-    # as few equal batches of at most eval.batch_size as cover N (one compiled shape, little padding), each a
-    # multiple of the device count
     N, n_dev = len(images_u8), setup.mesh.shape["data"]
     B = _ceil_div(_ceil_div(N, _ceil_div(N, c.eval.batch_size)), n_dev) * n_dev
-    batch_nll = bound_fn(setup, num_t)
     P, p = jax.process_count(), jax.process_index()
-
-    out, t0 = [], time.perf_counter()
+    out = []
     for i in range(0, N, B):
 
         def local(a):
@@ -131,11 +128,23 @@ def bound_bpd(setup, params, images_u8, key, num_t: int = 0, labels=None):
             a = np.concatenate([a, np.repeat(a[:1], B - len(a), axis=0)]) if len(a) < B else a
             return jax.make_array_from_process_local_data(setup.batch_sharding, a[p * B // P : (p + 1) * B // P])
 
-        pad = B - len(images_u8[i : i + B])
+        n = len(images_u8[i : i + B])
         y = None if labels is None else local(np.asarray(labels, np.int32))
-        nll = batch_nll(params, local(images_u8), jax.random.fold_in(key, i), y)
-        out.append(np.asarray(multihost_utils.process_allgather(nll, tiled=True))[: B - pad])
-    per_image = np.concatenate(out)
+        gather = lambda a: np.asarray(multihost_utils.process_allgather(a, tiled=True))[:n]
+        out.append(jax.tree.map(gather, call(local(images_u8), y, i)))
+    return jax.tree.map(lambda *a: np.concatenate(a), *out)
+
+
+def bound_bpd(setup, params, images_u8, key, num_t: int = 0, labels=None):
+    """(mean bits/dim, per-image bits/dim [N], seconds) of the full bound over images_u8 [N, H, W, C] (a latent
+    model's latents: then per latent dimension), or with num_t > 0 of its unbiased estimate from num_t stratified
+    timesteps (the process's nll_bpd_estimate). A class-conditional model's bound is conditional on the true
+    labels [N]. Batch i (its first image's index) draws with fold_in(key, i)."""
+    batch_nll = bound_fn(setup, num_t)
+    t0 = time.perf_counter()
+    per_image = over_batches(
+        setup, images_u8, lambda x, y, i: batch_nll(params, x, jax.random.fold_in(key, i), y), labels
+    )
     return float(per_image.mean()), per_image, time.perf_counter() - t0
 
 
