@@ -96,6 +96,13 @@ def run(config, workdir, mode: str = "train") -> int:
             proto = nll["protocol"]
             how = f"all {proto['timesteps']} timesteps" if "timesteps" in proto else proto["bound"].split(":")[0]
             rel = "<=" if "not a bound" not in proto["bound"] else "~"  # the ODE likelihood is an estimate, not a bound
+            if "strata" in proto:  # an unbiased estimate of the bound, with its own standard error
+                rel = "~"
+                se = nll["estimate_stderr"]
+                how = (
+                    f"{proto['strata']} strata x {proto['per_stratum']}, decoder x {proto['decoder_draws']}: "
+                    f"+- {se:.4f} of the full bound"
+                )
             print(
                 f"checkpoint {r['checkpoint_step']}: test NLL {rel} {nll['value']:.4f} bits/dim "
                 f"(+- {nll['stderr'] or 0:.4f}, {proto['images']} images, {how}, {proto['seconds']:.1f} s)"

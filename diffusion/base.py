@@ -196,6 +196,34 @@ class Process(abc.ABC):
     def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
         """A cheaper estimate of nll_bpd from num_t times or steps (the periodic evaluation): [B] bits/dim."""
 
+    def nll_bpd_strata(
+        self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, clip_denoised=True, max_rows=0
+    ):
+        """(decoder [B, d], parts [B, K, m], exact [B]): a stratified estimate of nll_bpd's bound that carries its
+        own standard error (--mode=eval with eval.bound_strata = K > 0; training/evaluate.py stratified_bound).
+        The bound's noise-end term is exact; its data-end term, the decoder (the chain's L_0, VDM's
+        reconstruction), is a stratum of its own, d = decoder_draws draws of its noise; the rest, the sum or
+        integral over t, is cut into K strata with m = per_stratum independent draws in each: parts[b, k, j] the
+        j-th draw's unbiased estimate of stratum k's share of image b's bound, so that exact + mean_j decoder +
+        sum_k mean_j parts is unbiased for the bound. t_key draws the times (the same for every batch of images),
+        key the noise (each image its own). Only where the bound is a sum or an integral over t (has_bound): DDPM,
+        VP."""
+        raise NotImplementedError(f"the process {self.name!r} has no stratified estimate of its likelihood")
+
+    def strata_protocol(self, strata: int, per_stratum: int, decoder_draws: int) -> dict:
+        """How nll_bpd_strata's estimate was computed (written next to it by --mode=eval)."""
+        raise NotImplementedError(f"the process {self.name!r} has no stratified estimate of its likelihood")
+
+    @classmethod
+    def strata_problem(cls, cfg, num_strata: int):
+        """What eval.bound_strata must be, when num_strata cannot be used with this process's config cfg (one
+        phrase, "must be ...: why"), or None."""
+        if cls.nll_bpd_strata is not Process.nll_bpd_strata:
+            return None
+        if cls.exact_likelihood:
+            return "must be 0 (the full computation): the likelihood is the probability-flow ODE's, not a sum over t"
+        return "must be 0 (the full computation): the process has no stratified estimate (nll_bpd_strata)"
+
     @abc.abstractmethod
     def bound_protocol(self) -> dict:
         """How nll_bpd's number was computed (written next to it by --mode=eval)."""

@@ -36,6 +36,7 @@ from diffusion.gaussian import (
     learned_range_log_variance,
     mean_flat,
     normal_kl,
+    strata_timesteps,
     stratified_timesteps,
 )
 from diffusion.likelihood import standard_normal_logp
@@ -353,6 +354,41 @@ class DDPM(Process):
         noise = jax.random.normal(key, (num_t,) + x0.shape, x0.dtype)
         terms = self.bound_terms(apply_fn, x0, ts, noise, clip_denoised=clip_denoised, max_rows=max_rows)
         return (terms * weights).sum(axis=1) + self.prior_bpd(x0)
+
+    def nll_bpd_strata(
+        self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, clip_denoised=True, max_rows=0
+    ):
+        """The stratified estimate of nll_bpd's bound with a standard error (base.Process.nll_bpd_strata): (L_0 at
+        decoder_draws noises [B, d], parts [B, K, m], prior L_T [B]). parts[:, k, j] = n_k L_{t_kj} over the K
+        geometric strata of 1..T-1 (gaussian.strata_timesteps, drawn from t_key), n_k the stratum's size; every row
+        with its own noise (from key), as nll_bpd's. d + K m network rows per image instead of T."""
+        ts, sizes = strata_timesteps(self.num_timesteps, strata, per_stratum, t_key)
+        d, n = decoder_draws, strata * per_stratum
+        ts = jnp.concatenate([jnp.zeros((d,), jnp.int32), ts.reshape(-1)])
+        noise = jax.random.normal(key, (d + n,) + x0.shape, x0.dtype)
+        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_denoised=clip_denoised, max_rows=max_rows)
+        parts = terms[:, d:].reshape(x0.shape[0], strata, per_stratum) * sizes[:, None]
+        return terms[:, :d], parts, self.prior_bpd(x0)
+
+    def strata_protocol(self, strata: int, per_stratum: int, decoder_draws: int) -> dict:
+        """How nll_bpd_strata's estimate was computed (--mode=eval's JSON)."""
+        return dict(
+            timesteps_per_image=decoder_draws + strata * per_stratum,
+            strata=strata,
+            per_stratum=per_stratum,
+            decoder_draws=decoder_draws,
+            bound=f"unbiased stratified estimate of sum_t L_t + L_T: L_0 from {decoder_draws} noise draws, "
+            f"{strata} geometric strata of 1..T-1 (T = {self.num_timesteps}) with {per_stratum} uniform timesteps "
+            "in each (the same for every image, fresh noise per image and row), weighted by stratum size, L_T "
+            "exact; clip_denoised (not for latents), discretised decoder at t=0",
+        )
+
+    @classmethod
+    def strata_problem(cls, cfg, num_strata: int):
+        """The strata cut 1..T-1, each at least one timestep: at most T - 1 of them."""
+        if num_strata > cfg.num_timesteps - 1:
+            return f"must be an integer in 0..{cfg.num_timesteps - 1}: each stratum of 1..T-1 holds a timestep"
+        return None
 
     # -- sampling ----------------------------------------------------------------------------------------------
     def guide(self, out_cond, out_uncond, scale):

@@ -108,3 +108,16 @@ def stratified_timesteps(num_timesteps: int, num_t: int, key):
     offsets = jnp.floor(jax.random.uniform(key, (num_t - 1,)) * sizes).astype(jnp.int32)
     ts = jnp.concatenate([jnp.zeros((1,), jnp.int32), starts + jnp.minimum(offsets, sizes - 1)])
     return ts, jnp.concatenate([jnp.ones((1,), jnp.float32), sizes.astype(jnp.float32)])
+
+
+def strata_timesteps(num_timesteps: int, num_strata: int, per_stratum: int, key):
+    """(ts [K, m] int32, sizes [K] float32): m = per_stratum timesteps in each of the K = num_strata geometric strata
+    of 1..T-1 (stratum_edges), drawn uniformly and independently (with replacement, so that their sample variance
+    estimates the variance of one draw with no finite-population correction; in a stratum of one timestep they
+    differ in their noise only), and each stratum's size n_k: sum_k n_k mean_j L_{ts[k, j]} is unbiased for
+    sum_{t=1}^{T-1} L_t (ddpm.DDPM.nll_bpd_strata, which takes t = 0 apart)."""
+    edges = stratum_edges(num_timesteps, num_strata)
+    sizes = np.diff(edges)
+    u = jax.random.uniform(key, (num_strata, per_stratum))
+    offsets = jnp.minimum(jnp.floor(u * sizes[:, None]).astype(jnp.int32), jnp.asarray(sizes[:, None] - 1, jnp.int32))
+    return jnp.asarray(edges[:-1, None], jnp.int32) + offsets, jnp.asarray(sizes, jnp.float32)

@@ -251,6 +251,34 @@ class VP(ContinuousProcess):
         ends = self.prior_bpd(x0) + self.reconstruction_bpd(x0, k_rec)
         return diff + ends, diff, ends
 
+    def nll_bpd_strata(
+        self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, clip_denoised=True, max_rows=0
+    ):
+        """The ELBO's stratified estimate with a standard error (base.Process.nll_bpd_strata): (the reconstruction
+        term at decoder_draws draws of z_0 [B, d], parts [B, K, m], the prior KL [B], exact). parts[:, k, j] is the
+        diffusion loss's estimate from one uniform position in the k-th of K equal cells, as diffusion_loss's (in log
+        SNR where invertible: cell_times), positions from t_key, weight x integrand, each row with its own noise."""
+        K, m, B = strata, per_stratum, x0.shape[0]
+        u = (jnp.repeat(jnp.arange(K, dtype=jnp.float32), m) + jax.random.uniform(t_key, (K * m,))) / K
+        ts, weights = self.cell_times(u, K)
+        k_diff, k_rec = jax.random.split(key)
+        noise = jax.random.normal(k_diff, (K * m,) + x0.shape, x0.dtype)
+        diff = self.bound_terms(apply_fn, x0, ts, noise, max_rows=max_rows) * weights
+        rec = jnp.stack([self.reconstruction_bpd(x0, k) for k in jax.random.split(k_rec, decoder_draws)], axis=-1)
+        return rec, diff.reshape(B, K, m), self.prior_bpd(x0)
+
+    def strata_protocol(self, strata: int, per_stratum: int, decoder_draws: int) -> dict:
+        return dict(
+            strata=strata,
+            per_stratum=per_stratum,
+            decoder_draws=decoder_draws,
+            bound=f"unbiased stratified estimate of VDM's continuous-time ELBO: prior KL exact, reconstruction from "
+            f"{decoder_draws} draws of z_0, diffusion loss from {strata} equal cells "
+            f"({'in log SNR' if self.invertible else 'in t'}) with {per_stratum} uniform times in each (the same "
+            "for every image, fresh noise per image)",
+            schedule=f"{self.schedule_name}, log SNR {self.hi} -> {self.lo}",
+        )
+
     def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
         """The ELBO with the diffusion loss from num_t stratified times (unbiased; equal to nll_bpd's with
         num_t = bound_points)."""

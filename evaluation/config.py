@@ -4,6 +4,7 @@ Every eval field may change when a run is resumed."""
 import os
 
 from core.fields import Choice, ConfigError, Int, Num, Path, all_mutable
+from diffusion import PROCESSES
 from diffusion.sampling import ALL_METHODS
 from evaluation.features import check_reference_stats, classifier_dataset
 from evaluation.features import kind as fid_kind
@@ -43,6 +44,13 @@ EVAL_FIELDS = all_mutable(
         nll_images=Int(-1, 1, extra=(-1,)),  # test images in the bits/dim (-1: the whole test split)
         batch_size=Int(128, 1),  # images per bound evaluation (rounded up to the device count)
         chunk_rows=Int(8192, 0),  # network rows per call inside the bound (image x timestep pairs; memory bound)
+        # 0: the full bound (all T timesteps). K > 0: its unbiased stratified estimate with its standard error
+        # (docs/evaluation.md#test-bitsdim): DDPM: t = 0 with bound_decoder_draws noise draws, then K geometric strata
+        # of 1..T-1 with bound_per_stratum timesteps each; vp: the reconstruction term, then K cells of the diffusion
+        # loss; not for the ODE likelihood (flow, edm)
+        bound_strata=Int(0, 0),
+        bound_per_stratum=Int(2, 2, note="(two at least, for the standard error)"),
+        bound_decoder_draws=Int(32, 2, note="(two at least, for the standard error)"),
         num_samples=Int(64, 1),  # samples in the eval grid
         # FID and KID (evaluation/): for the digits in the feature space of a small classifier trained on them (cached);
         # for other datasets with the FID InceptionV3 from a weights file (docs/evaluation.md#fid-and-kid; nothing is
@@ -59,7 +67,17 @@ def _require(ok, field, value, allowed):
 
 
 def check_eval(config):
-    """What the FID fields need of each other, of the dataset and of the files they name."""
+    """What the bound's and the FID fields need of each other, of the process, of the dataset and of the files
+    they name."""
+    strata = config.eval.bound_strata
+    if strata:
+        problem = PROCESSES[config.diffusion.name].strata_problem(config.diffusion, strata)
+        _require(
+            problem is None,
+            "eval.bound_strata",
+            strata,
+            f"{problem} (config.diffusion.name={config.diffusion.name!r})",
+        )
     f, p = config.eval.fid, "eval.fid."
     _require(
         f.features != "classifier" or classifier_dataset(config),

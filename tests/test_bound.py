@@ -151,6 +151,21 @@ def test_stratified_timesteps_cover_every_t_once_by_weight():
     assert np.all(np.diff(g.stratum_edges(T, T - 1)) == 1)
 
 
+def test_strata_timesteps_fall_in_their_geometric_strata_with_their_sizes():
+    """eval.bound_strata's draws on the chain: m timesteps in each geometric stratum of 1..T-1, uniform within it
+    (every timestep of a 7-wide stratum drawn about equally often), sizes summing to T - 1."""
+    T, K, m = S.num_timesteps, 8, 4000
+    ts, sizes = g.strata_timesteps(T, K, m, jax.random.PRNGKey(0))
+    ts, sizes = np.asarray(ts), np.asarray(sizes)
+    edges = g.stratum_edges(T, K)
+    assert ts.shape == (K, m) and list(edges) == [1, 2, 6, 13, 32, 75, 178, 422, 1000]
+    np.testing.assert_array_equal(sizes, np.diff(edges))
+    assert sizes.sum() == T - 1 and np.all(ts == np.clip(ts, edges[:-1, None], edges[1:, None] - 1))
+    assert np.all(ts[0] == 1)  # a stratum of one timestep: its draws differ in their noise only
+    counts = np.bincount(ts[2] - 6, minlength=7)  # the stratum 6..12: 7 timesteps, 4000 draws
+    assert counts.min() > 4000 / 7 - 4 * np.sqrt(4000 / 7) and counts.max() < 4000 / 7 + 4 * np.sqrt(4000 / 7)
+
+
 def test_bound_estimate_with_every_timestep_is_the_bound_and_unbiased_otherwise():
     x0 = jnp.round(jax.random.uniform(jax.random.PRNGKey(7), (2, 4, 4, 1), minval=-1, maxval=1) * 127.5) / 127.5
     apply = lambda xt, t: 0.3 * xt - 0.0004 * t[:, None, None, None]  # a fixed imperfect "network"

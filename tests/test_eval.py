@@ -99,6 +99,46 @@ def test_the_bound_is_the_mean_of_per_image_bounds_in_any_batching():
     assert mean == np.mean(per_image) and per_image.shape == (12,)
 
 
+def test_the_stratified_bound_is_unbiased_and_its_standard_error_is_its_spread():
+    """eval.bound_strata on a tiny network: over 40 independent draws (timesteps and noise) of the estimate from
+    t = 0 at 4 noises and 8 strata of 1..999 with m = 4 timesteps each, the mean equals the full 1,000-step bound to
+    within 3 standard errors of that mean (the reported one over sqrt(40), with the full bound's own spread over
+    noise), and the reported standard error is the draws' spread to within a factor of 1.5 (one that forgot the
+    1 / m would be 2x the spread). The full bound is the mean of two with their own noise; its variance over noise,
+    sum_t var(Lbar_t) (Lbar_t: the mean over the images of L_t), is estimated from their per-timestep differences,
+    sum_t (Lbar_t - Lbar'_t)^2 / 2, 1,000 independent terms."""
+    from data import load_split
+    from training.evaluate import eval_bound, stratified_bound
+    from training.setup import build, initial_state
+    from training.step import make_apply, to_float
+
+    c = tiny_config(**{"eval.bound_strata": 8, "eval.bound_per_stratum": 4, "eval.bound_decoder_draws": 4})
+    setup = build(c)
+    params = jax.tree.map(lambda p: p + 0.01, initial_state(setup).ema_params)  # a non-zero network
+    images = load_split(c.data, "test").get(np.arange(8))
+    apply = make_apply(setup.model)
+    full = jax.jit(
+        lambda k: setup.process.nll_bpd(lambda x, t: apply(params, x, t), to_float(images), k, max_rows=8192)[:2]
+    )
+    (nll1, terms1), (nll2, terms2) = full(jax.random.PRNGKey(1)), full(jax.random.PRNGKey(2))
+    ref = (float(np.mean(nll1)) + float(np.mean(nll2))) / 2
+    lbar = [np.asarray(terms, np.float64).mean(0) for terms in (terms1, terms2)]
+    var_ref = float(np.sum((lbar[0] - lbar[1]) ** 2)) / 2 / 2
+    keys = jax.random.split(jax.random.PRNGKey(3), 40)
+    draws = [stratified_bound(setup, params, images, k, 8, 4, 4) for k in keys]
+    value = np.array([d["value"] for d in draws])
+    reported = np.sqrt(np.mean([d["estimate_stderr"] ** 2 for d in draws]))
+    tol = 3 * np.sqrt(reported**2 / len(draws) + var_ref)
+    assert abs(value.mean() - ref) < tol, (value.mean(), ref, tol)
+    assert 1 / 1.5 < reported / value.std(ddof=1) < 1.5, (reported, value.std(ddof=1))
+    assert all(d["per_image"].shape == (8,) and d["stderr"] > 0 for d in draws)
+    # --mode=eval's record with eval.bound_strata: the same estimate, its standard error next to it, the design
+    rec = eval_bound(setup, params, images, keys[0])
+    assert (rec["value"], rec["estimate_stderr"]) == (draws[0]["value"], draws[0]["estimate_stderr"])
+    p = rec["protocol"]
+    assert (p["strata"], p["per_stratum"], p["decoder_draws"], p["timesteps_per_image"]) == (8, 4, 4, 36)
+
+
 def test_eval_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path):
     r = subprocess.run(eval_cmd(tmp_path / "empty"), capture_output=True, text=True, timeout=300)
     assert r.returncode == 2

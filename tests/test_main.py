@@ -94,6 +94,13 @@ def test_unknown_sampler_stops_with_one_line(tmp_path):
             "2..1000 (config.diffusion.num_timesteps)",
         ),
         ("data.image_size", 16, "config.data.image_size=16 is not allowed: the embedded digits are 8x8"),
+        (
+            "eval.bound_strata",
+            1000,
+            "config.eval.bound_strata=1000 is not allowed: must be an integer in 0..999: each stratum of 1..T-1 holds "
+            "a timestep (config.diffusion.name='ddpm')",
+        ),
+        ("eval.bound_per_stratum", 1, "config.eval.bound_per_stratum=1 is not allowed: must be an integer >= 2"),
     ],
 )
 def test_bad_fields_name_field_value_and_allowed(field, value, needle):

@@ -5,7 +5,8 @@ Writes DIR/eval/step_NNNNNNN.json, each number next to its protocol, and a sampl
   written next to it): on the DDPM chain the full variational bound (sum of L_t over all T timesteps, each with its
   own noise, plus the prior term; improved-diffusion's calc_bpd_loop with clip_denoised), for vp VDM's ELBO, for
   flow the probability-flow ODE's likelihood; averaged over config.eval.nll_images images of the test split (-1: all
-  of them), float32, on the EMA parameters.
+  of them), float32, on the EMA parameters. With config.eval.bound_strata > 0 (DDPM, vp) the bound's unbiased
+  stratified estimate instead, its standard error next to it as estimate_stderr (stratified_bound).
 - fid / kid: config.eval.fid.num_samples generated images (config.eval.fid.method) against the dataset's reference
   in the feature space of evaluation/features.py; next to them the test split's own FID/KID against the same
   reference (the score of real unseen images, at the test split's size).
@@ -148,6 +149,72 @@ def bound_bpd(setup, params, images_u8, key, num_t: int = 0, labels=None):
     return float(per_image.mean()), per_image, time.perf_counter() - t0
 
 
+def strata_fn(setup, strata: int, per_stratum: int, decoder_draws: int):
+    """fn(params, x_u8 [B, H, W, C], t_key, key, y) -> (decoder [B, d], parts [B, K, m], exact [B]) of the
+    process's nll_bpd_strata, jitted once (and traced once per batch shape)."""
+    chunk_rows = setup.config.eval.chunk_rows
+    design = (strata, per_stratum, decoder_draws)
+
+    def make():
+        apply = make_apply(setup.model.clone(dtype=jnp.float32))
+        clip = not setup.latent
+
+        def batch_strata(params, x_u8, t_key, key, y=None):
+            TRACES[("bound_strata", design, x_u8.shape)] += 1
+            process = setup.process.bind(params)
+            fn = lambda x, t: apply(params, x, t, None, None if y is None else jnp.repeat(y, x.shape[0] // y.shape[0]))
+            return process.nll_bpd_strata(
+                fn, to_float(x_u8), t_key, key, *design, clip_denoised=clip, max_rows=chunk_rows
+            )
+
+        return jax.jit(batch_strata)
+
+    return setup.cached(("bound_strata", design, chunk_rows), make)
+
+
+def stratified_bound(setup, params, images_u8, key, strata, per_stratum, decoder_draws, labels=None) -> dict:
+    """The stratified estimate of the bound over images_u8 [N, ...] with its standard error (eval.bound_strata).
+
+    The process takes its decoder term apart (d draws of its noise) and cuts the rest of the bound into K strata of
+    t with m draws in each (nll_bpd_strata): the same times for every image (from one key for the whole
+    evaluation, so that each draw's mean over the images is one draw of the stratum's share of the mean bound),
+    each image and row with noise of its own (batch i: fold_in(noise key, i)). With strata_summary's formulas, the
+    value is unbiased for the full bound on these images, and estimate_stderr is its stratified-sampling standard
+    error about the full bound's expectation over the noise on these images (timesteps and noise both in it);
+    stderr is, as for the full bound, the spread of the per-image values over the images (what another set of
+    test images would change). Returns dict(value, estimate_stderr, stderr, per_image [N], seconds)."""
+    fn = strata_fn(setup, strata, per_stratum, decoder_draws)
+    t_key, noise_key = jax.random.split(key)
+    t0 = time.perf_counter()
+    decoder, parts, exact = over_batches(
+        setup, images_u8, lambda x, y, i: fn(params, x, t_key, jax.random.fold_in(noise_key, i), y), labels
+    )
+    per_image, value, se = strata_summary(decoder, parts, exact)
+    N = len(per_image)
+    return dict(
+        value=value,
+        estimate_stderr=se,
+        stderr=float(per_image.std(ddof=1) / np.sqrt(N)) if N > 1 else None,
+        per_image=per_image,
+        seconds=time.perf_counter() - t0,
+    )
+
+
+def strata_summary(decoder, parts, exact):
+    """(per_image [N], value, estimate_stderr) of nll_bpd_strata's decoder [N, d], parts [N, K, m] and exact [N].
+    With dbar[j] and cbar[k, j] the means over the N images of decoder[:, j] and parts[:, k, j]:
+
+        value = mean(exact) + mean_j dbar[j] + sum_k mean_j cbar[k, j]
+        estimate_stderr^2 = var_j(dbar) / d + sum_k var_j(cbar[k, :]) / m      (var with d - 1, m - 1 dof)
+
+    the variance of stratified sampling: independent draws within a stratum, the strata independent."""
+    decoder, parts = np.asarray(decoder, np.float64), np.asarray(parts, np.float64)
+    per_image = np.asarray(exact, np.float64) + decoder.mean(axis=1) + parts.mean(axis=2).sum(axis=1)
+    var = decoder.mean(axis=0).var(ddof=1) / decoder.shape[1]
+    var += parts.mean(axis=0).var(axis=1, ddof=1).sum() / parts.shape[2]
+    return per_image, float(per_image.mean()), float(np.sqrt(var))
+
+
 def test_data(setup, n: int):
     """(data [n, ...], labels [n] or None) of the first n images of the test split (-1: all): images, or a latent
     model's latents; labels when the model is class-conditional."""
@@ -187,6 +254,40 @@ def sample_quality(setup, space, params, key, num, method, steps, guidance: floa
     return scores, samples
 
 
+def eval_bound(setup, params, images, key, labels=None) -> dict:
+    """--mode=eval's nll_bpd record: the full bound (eval.bound_strata = 0), or its stratified estimate with the
+    estimate's standard error next to the value (stratified_bound); stderr is the spread over the images."""
+    c, n = setup.config, len(images)
+    common = dict(split="test", images=int(n))
+    if c.eval.bound_strata:
+        design = (c.eval.bound_strata, c.eval.bound_per_stratum, c.eval.bound_decoder_draws)
+        est = stratified_bound(setup, params, images, key, *design, labels)
+        how = setup.process.strata_protocol(*design)
+        return dict(
+            value=est["value"],
+            estimate_stderr=est["estimate_stderr"],
+            stderr=est["stderr"],
+            protocol=dict(
+                common,
+                **how,
+                errors="estimate_stderr: the estimate's standard error about the full bound on these images (its "
+                "timesteps and noise; stratified sampling's, from the draws within each stratum); stderr: the spread "
+                "over the test images",
+                parameters="EMA",
+                seconds=est["seconds"],
+                **bound_space(setup),
+            ),
+        )
+    nll, per_image, seconds = bound_bpd(setup, params, images, key, labels=labels)
+    return dict(
+        value=nll,
+        stderr=float(per_image.std(ddof=1) / np.sqrt(n)) if n > 1 else None,
+        protocol=dict(
+            common, **setup.process.bound_protocol(), parameters="EMA", seconds=seconds, **bound_space(setup)
+        ),
+    )
+
+
 def evaluate(config, workdir: str) -> dict:
     """Evaluate the latest checkpoint in `workdir`; returns the record written to DIR/eval/step_N.json."""
     if "://" not in workdir:
@@ -214,24 +315,11 @@ def evaluate(config, workdir: str) -> dict:
             no_pixels = f"the test split's images cannot be read ({type(e).__name__}: {e})"
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0xE7A1)
     images, labels = test_data(setup, c.eval.nll_images)
-    n = len(images)
-    nll, per_image, seconds = bound_bpd(setup, state.ema_params, images, key, labels=labels)
     record = dict(
         checkpoint_step=int(step),
         workdir=workdir,
         dataset=c.data.name,
-        nll_bpd=dict(
-            value=nll,
-            stderr=float(per_image.std(ddof=1) / np.sqrt(n)) if n > 1 else None,
-            protocol=dict(
-                split="test",
-                images=int(n),
-                **setup.process.bound_protocol(),
-                parameters="EMA",
-                seconds=seconds,
-                **bound_space(setup),
-            ),
-        ),
+        nll_bpd=eval_bound(setup, state.ema_params, images, key, labels),
     )
     if space is None:
         record["fid"] = dict(value=None, reason=fid_unavailable_reason(c))
