@@ -48,7 +48,12 @@ least 1.5 H (else the run is too short to tell). Prints the curve and H.
 Written to OUT: samplers.md (the table, its verdicts and the policy summary), samplers.png (the curves) and, when a
 run uses the learned sampler, policy.png. Columns:
 - final test bits/dim: --mode=eval's full bound (all T timesteps, all 297 test images, EMA), mean +- sample standard
-  deviation over seeds (n seeds in the header);
+  deviation over seeds (n seeds in the header); with --bound_strata=K (and --bound_per_stratum=M, default 2) its
+  unbiased stratified estimate from d + K M network rows per image instead (config.eval.bound_strata,
+  .bound_per_stratum; d = eval.bound_decoder_draws, 32, which --set changes; DDPM and vp only), and a line under
+  the table gives its largest standard error against a quarter of the table's smallest bits/dim MDD, the rule for
+  using it (docs/benchmarks.md#the-bound-estimate-in-the-tables-2026-12-04). Default 0: the full bound, as every
+  record in benchmarks/records/;
 - FID / KID: --mode=eval's (config.eval.fid: 1,000 DDIM-100 samples against the training digits in the digits
   classifier's feature space), mean +- sd over seeds;
 - steps / wall-clock to uniform's final bits/dim: the target is the mean over uniform's seeds of the periodic bound
@@ -255,6 +260,22 @@ def restore_records(records, out):
     return restored
 
 
+def check_bound_flags(args):
+    """Exit with one line when --bound_strata / --bound_per_stratum are values config.eval refuses for the
+    benchmark's config (the fields' own checks and the process's, evaluation/config.py), before anything trains."""
+    if not args.bound_strata:
+        return
+    from core.fields import ConfigError
+    from training.validate import validate
+
+    c = load_config(args.config, args.set)
+    c.eval.bound_strata, c.eval.bound_per_stratum = args.bound_strata, args.bound_per_stratum
+    try:
+        validate(c)
+    except ConfigError as e:
+        sys.exit(f"error: --bound_strata / --bound_per_stratum: {e}")
+
+
 def run_one(out, name, sampler, weighting, seed, args, cores=None):
     """Train and evaluate one run in its workdir (skipped when its eval exists), on `cores` (None: all)."""
     weighting, settings = weighting
@@ -279,6 +300,11 @@ def run_one(out, name, sampler, weighting, seed, args, cores=None):
     path = os.path.join(wd, "bench_seconds.json")
     for mode in ("train", "eval"):
         cmd = [sys.executable, os.path.join(ROOT, "main.py"), f"--mode={mode}", *flags]
+        if mode == "eval" and args.bound_strata:  # the final bound's stratified estimate (module docstring)
+            cmd += [
+                f"--config.eval.bound_strata={args.bound_strata}",
+                f"--config.eval.bound_per_stratum={args.bound_per_stratum}",
+            ]
         rc, seconds = timed(cmd, os.path.join(wd, f"{mode}.log"), path, mode, cores)
         if rc:
             with open(os.path.join(wd, f"{mode}.log"), errors="replace") as f:
@@ -630,6 +656,9 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
         f"{ev['fid'].get('test_split', {}).get('fid', float('nan')):.3f}. Curves: periodic evaluation "
         f"({some['bpd_key']}, {some['fid_key']}) every {every} steps.",
     ]
+    note = estimate_note(results)
+    if note:
+        lines += ["", note]
     total = sum(d["bench_s"] for ds in results.values() for d in ds)
     if total:
         lines += [
@@ -656,6 +685,41 @@ def worse_and_rival(results, runs):
                 d = differences(results, name, "final_bpd", "adaptive_noise")
                 lines.append(f"- {name}: Δ bits/dim {paired(d)}; higher in {int(np.sum(d > 0))}/{len(d)} seeds.")
     return lines
+
+
+def estimate_note(results):
+    """The line under the table when final bits/dim are the stratified estimate (--bound_strata): how many, its
+    largest standard error about the full bound, and whether that is at most a quarter of the table's smallest
+    bits/dim MDD (the rule for using it, docs/benchmarks.md#the-bound-estimate-in-the-tables-2026-12-04). None
+    when every run has the full bound."""
+    bounds = [d["eval"]["nll_bpd"] for ds in results.values() for d in ds]
+    est = [b for b in bounds if "estimate_stderr" in b]
+    if not est:
+        return None
+    se = np.array([b["estimate_stderr"] for b in est])
+    kinds = sorted(
+        {(b["protocol"]["strata"], b["protocol"]["per_stratum"], b["protocol"]["decoder_draws"]) for b in est}
+    )
+    mdds = [
+        mdd(d.std(ddof=1), len(d))
+        for d in (differences(results, name, "final_bpd") for name in results if name != "uniform")
+        if len(d) > 1
+    ]
+    text = (
+        f"Final bits/dim of {len(est)} of {len(bounds)} runs are the stratified estimate of the bound ("
+        + ", ".join(f"{k} strata x {m}, decoder x {d}" for k, m, d in kinds)
+        + f"; {est[0]['protocol']['bound']}): standard error about the full bound at most {se.max():.4f} bits/dim "
+        f"(mean {se.mean():.4f})" + ("" if len(est) == len(bounds) else "; the other runs' are the full bound")
+    )
+    if not mdds:
+        return text + "."
+    quarter = min(mdds) / 4
+    return text + (
+        f", within a quarter of the table's smallest bits/dim MDD, {quarter:.4f}."
+        if se.max() <= quarter
+        else f", ABOVE a quarter of the table's smallest bits/dim MDD, {quarter:.4f}: evaluate with more strata "
+        "(--bound_strata) or the full bound (0)."
+    )
 
 
 def finished_runs(out):
@@ -859,6 +923,17 @@ def main():
     )
     ap.add_argument("--detect", type=float, default=DETECT_BPD, help="bits/dim the seed counts are sized to detect")
     ap.add_argument(
+        "--bound_strata",
+        type=int,
+        default=0,
+        metavar="K",
+        help="final bits/dim from the bound's stratified estimate with K strata (config.eval.bound_strata; 0: the "
+        "full bound)",
+    )
+    ap.add_argument(
+        "--bound_per_stratum", type=int, default=2, metavar="M", help="draws per stratum with --bound_strata"
+    )
+    ap.add_argument(
         "--set",
         action="append",
         default=[],
@@ -871,6 +946,7 @@ def main():
     if args.size_from:
         return print(sizing(args.size_from, args.detect))
     runs = parse_runs(args.runs)
+    check_bound_flags(args)
     seeds = [int(s) for s in args.seeds.split(",")]
     os.makedirs(args.out, exist_ok=True)
     if args.records:

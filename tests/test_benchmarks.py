@@ -114,6 +114,54 @@ def test_size_from_reads_a_pilot(tmp_path, capsys):
     assert "| 0.000 |" in fid and fid.endswith("| 1.200 | 2 |")  # d = 0 every seed; 10% of uniform's mean FID 12
 
 
+def test_estimate_note_compares_the_standard_error_with_a_quarter_of_the_mdd():
+    """--bound_strata: the line under the table gives the estimate's largest standard error against a quarter of the
+    smallest bits/dim MDD (0.0606291 / 4 = 0.0152 for the differences D, by hand above); none with the full bound."""
+    from benchmarks.samplers import estimate_note
+
+    uniform = [4.00, 4.10, 3.90, 4.05, 3.95]
+    proto = dict(strata=49, per_stratum=2, decoder_draws=16, bound="unbiased stratified estimate")
+
+    def results(se):
+        def run(b, e):
+            nll = dict(value=b) if e is None else dict(value=b, estimate_stderr=e, protocol=proto)
+            return dict(final_bpd=b, eval=dict(nll_bpd=nll))
+
+        return {
+            "uniform": [run(b, se[0]) for b in uniform],
+            "adaptive": [run(b, se[1]) for b in np.add(uniform, D)],
+        }
+
+    assert estimate_note(results([None, None])) is None
+    note = estimate_note(results([0.004, 0.015]))
+    assert note.startswith(
+        "Final bits/dim of 10 of 10 runs are the stratified estimate of the bound (49 strata x 2, decoder x 16"
+    )
+    assert "at most 0.0150 bits/dim (mean 0.0095), within a quarter of the table's smallest bits/dim MDD, 0.0152." in (
+        note
+    )
+    note = estimate_note(results([None, 0.016]))
+    assert "Final bits/dim of 5 of 10 runs" in note and "the other runs' are the full bound" in note
+    assert "ABOVE a quarter of the table's smallest bits/dim MDD, 0.0152: evaluate with more strata" in note
+
+
+def test_bad_bound_strata_stop_the_benchmark_before_anything_runs(tmp_path):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    for flags, needle in (
+        (["--bound_strata=1000"], "config.eval.bound_strata=1000 is not allowed: must be an integer in 0..999"),
+        (["--config=configs/flow.py", "--bound_strata=10"], "must be 0 (the full computation)"),
+    ):
+        cmd = [sys.executable, os.path.join(ROOT, "benchmarks", "samplers.py"), f"--out={tmp_path}/out", *flags]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        err = r.stderr.strip().splitlines()
+        assert r.returncode != 0 and len(err) == 1 and needle in err[0], r.stderr[-2000:]
+        assert not (tmp_path / "out").exists()
+
+
 def _metrics(path, steps, densities, spreads):
     import json
 
