@@ -344,7 +344,7 @@ def test_policy_gradient_of_both_entropy_forms_by_hand(form):
     params = sampler.policy.init(jax.random.PRNGKey(0), x0[:1])
     u = jnp.linspace(0.05, 0.95, 8)
     adv = jnp.linspace(-1.0, 2.0, 8)
-    grads = jax.grad(sampler._policy_loss)(params, x0, u, adv, jnp.ones(8, bool))
+    grads = jax.grad(sampler._policy_loss, has_aux=True)(params, x0, u, adv, jnp.ones(8, bool), c_ent)[0]
     head = sorted(k for k in grads["params"] if k.startswith("Dense"))[-1]
     got = np.asarray(grads["params"][head]["bias"])  # [2]: alpha, beta
 
