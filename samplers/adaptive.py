@@ -271,7 +271,7 @@ class AdaptiveSampler(Sampler):
         if self.trust_kl > 0:
             extra.update(step_kl=zero, step_scale=jnp.ones((), jnp.float32))
         if self.diagnostics:
-            extra.update(diag=self._diag_init(x0, params, n))
+            extra.update(diag=self._diag_init(params, n))
         return dict(
             policy=params,
             opt=self.tx.init(params),
@@ -533,7 +533,7 @@ class AdaptiveSampler(Sampler):
         """The policy's layers (its top-level modules), in a fixed order."""
         return sorted(params["params"])
 
-    def _diag_init(self, x0, params, n):
+    def _diag_init(self, params, n):
         zero = jnp.zeros((), jnp.float32)
         G = len(self._groups(params))
         return dict(
