@@ -39,7 +39,10 @@ python benchmarks/reward.py --config=configs/default.py --out="$out/reward_ddpm"
   --variants=adaptive,adaptive/data_end=exclude,$strat,adaptive/selection=fstat_standardised/data_end=decoder
 python benchmarks/reward.py --config=configs/default.py --out="$out/reward_ddpm_credit" --variants=$credit
 python benchmarks/reward.py --config=configs/flow.py --out="$out/reward_flow" --variants=adaptive,$strat
-# 2. pilots, 3 seeds
+# 2. pilots, 3 seeds. The diagnosis found per-image signal only in reward=credit, so its variants run first, on
+# both settings, then the reference reward's variants and the reference's own settings.
+ddpm --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$credit/entropy_control=target,$credit/trust_kl=0.01
+flow --seeds=0,1,2 --runs=uniform,adaptive_noise,$credit/entropy_control=target,$credit/trust_kl=0.01
 ddpm --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$variants
 flow --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$variants
 ddpm --seeds=0,1,2 --runs=uniform,adaptive,$reference
