@@ -71,10 +71,12 @@ def tiny_flags(**overrides):
     return [f"--config.{k}={v}".replace(" ", "") for k, v in {**TINY, **overrides}.items()]
 
 
-def full_and_resumed(c, workdir, steps: int = 6):
+def full_and_resumed(c, workdir, steps: int = 6, resumed_workers: int = 0):
     """(setup, state after `steps` steps in one go, state after steps / 2, a real orbax checkpoint restored into a
     fresh state by a fresh manager, and steps / 2 more), both on the host: the exact-resume tests' comparison. The
-    programs are those the training loop runs (Setup.step_for), the batches its step-indexed iterator's."""
+    programs are those the training loop runs (Setup.step_for), the batches its step-indexed iterator's, loaded in
+    this process for the uninterrupted run and with resumed_workers Grain worker processes (config.data.workers)
+    for the interrupted one."""
     import jax
 
     from data import load_split
@@ -85,9 +87,15 @@ def full_and_resumed(c, workdir, steps: int = 6):
     setup = build(c)
     src = load_split(c.data, "train")
 
-    def run(state, start, stop):
+    def run(state, start, stop, workers=0):
         it = BatchIterator(
-            src, c.seed, c.train.batch_size, setup.batch_sharding, start_step=start, random_flip=c.data.random_flip
+            src,
+            c.seed,
+            c.train.batch_size,
+            setup.batch_sharding,
+            start_step=start,
+            random_flip=c.data.random_flip,
+            workers=workers,
         )
         try:
             for step in range(start, stop):
@@ -98,15 +106,15 @@ def full_and_resumed(c, workdir, steps: int = 6):
 
     half_way = steps // 2
     mngr = ckpt.make_manager(c, str(workdir))
-    half = run(initial_state(setup), 0, half_way)
+    full = jax.device_get(run(initial_state(setup), 0, steps))
+    half = run(initial_state(setup), 0, half_way, resumed_workers)
     ckpt.save(mngr, half_way, half)
-    full = jax.device_get(run(half, half_way, steps))  # the same state goes on, uninterrupted
     mngr.close()
     mngr = ckpt.make_manager(c, str(workdir))  # a fresh manager, as a new process would have
     abstract = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
     restored = ckpt.restore(mngr, mngr.latest_step(), abstract, "")
     mngr.close()
-    return setup, full, jax.device_get(run(restored, half_way, steps))
+    return setup, full, jax.device_get(run(restored, half_way, steps, resumed_workers))
 
 
 @pytest.fixture
@@ -194,25 +202,27 @@ def restore_checkpoint(workdir, step=None):
         return step, ckptr.restore(path, target)
 
 
-# The files whose tests take longest, longest first: each file's summed test time in a fresh clone's `.ci/run`
-# (2026-12-03, commit f4923a6, a busy day: 2,872 s of tests in 1,485 s on 2 workers; see docs/benchmarks.md). With
-# `--dist loadfile` a file is one unit of work, and xdist by default queues the files with the most tests first,
-# which left the two multi-process tests (two tests, minutes) to start last, on one worker, while the other waited.
-# Longest first, the long files overlap each other and the short ones fill the gaps (the two workers then ended
-# within a minute of each other).
+# The files whose tests take longest, longest first: each file's summed test time in a serial run on one core of
+# the development machine (2026-12-05, `taskset -c 0 python -m pytest -q -n0 --durations=100 tests`, 1,760 s in
+# all; test_multihost's includes the shared finished run, 40 s). With `--dist loadfile` a file is one unit of work,
+# and xdist by default queues the files with the most tests first, which left the two multi-process tests to start
+# last, on one worker, while the other waited. Longest first, the long files overlap each other and the short ones
+# fill the gaps.
 SLOW_FILES_FIRST = (
-    "test_published.py",  # 383 s
-    "test_multihost.py",  # 263 s
-    "test_resume.py",  # 257 s
-    "test_faults.py",  # 244 s
-    "test_train.py",  # 208 s
-    "test_robustness.py",  # 195 s
-    "test_edm.py",  # 185 s
-    "test_conditional.py",  # 161 s
-    "test_latent.py",  # 122 s
-    "test_adaptive.py",  # 119 s
-    "test_eval.py",  # 114 s
-    "test_continuous.py",  # 104 s
+    "test_multihost.py",  # 200 s
+    "test_faults.py",  # 154 s
+    "test_train.py",  # 129 s
+    "test_resume.py",  # 125 s
+    "test_robustness.py",  # 114 s
+    "test_edm.py",  # 99 s
+    "test_latent.py",  # 93 s
+    "test_eval.py",  # 92 s
+    "test_conditional.py",  # 83 s
+    "test_adaptive_options.py",  # 69 s
+    "test_adaptive.py",  # 67 s
+    "test_continuous.py",  # 54 s
+    "test_notebook.py",  # 45 s
+    "test_published.py",  # 40 s (the compiles: `-m slow`, 190 s)
 )
 
 

@@ -1,6 +1,8 @@
 """The configs of the published runs (issue 14, part 6): each builds, has the published model's exact parameter
-count (from shapes alone), and its train step compiles for 8 devices with XLA's memory and FLOP report; nothing is
-trained and no data is read (a latents folder with only its meta.json stands in for the encoded dataset)."""
+count (from shapes alone), its train step traces and lowers for 8 devices with their shardings, and (marked slow: CI's
+second job, `pytest -m slow`) compiles with XLA's memory and FLOP report; nothing is trained and no data is read (a
+latents folder with only its meta.json stands in for the encoded dataset). Lowering the five published steps takes
+about 30 s on one core of the development machine, compiling them about 190 s (2026-12-05)."""
 
 import json
 import os
@@ -10,6 +12,7 @@ import pytest
 
 from configs import celebahq_ldm, cifar10_edm, cifar10_flow, ffhq_dit, imagenet256_sit, imagenet256_uvit
 from training import aot
+from training import checkpoint as ckpt
 from training.setup import build
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "fixtures")
@@ -38,20 +41,42 @@ def fake_latents(path, shape, classes, kind):
     return str(path)
 
 
-@pytest.mark.parametrize(
-    "module, variant, shape, classes, params", PUBLISHED, ids=lambda v: getattr(v, "__name__", None)
-)
-def test_published_config_has_the_published_model_and_its_step_compiles(
-    tmp_path, module, variant, shape, classes, params
-):
+def published_setup(tmp_path, module, variant, shape, classes):
     c = module.get_config(variant)
     kind = "vq" if module is celebahq_ldm else "kl"  # the LDM's VQ-f4; SD's KL-f8
     c.data.path = fake_latents(tmp_path / "latents", shape, classes, kind)
     # a stand-in first stage of the same kind: checked to exist, loaded only to decode samples
     c.data.autoencoder = os.path.join(FIXTURES, f"autoencoder_{kind}_tiny")
-    setup = build(c)
+    return build(c)
+
+
+def lowered_step(setup):
+    """The step without the sampler's update, traced and lowered for the config's 8-device shardings."""
+    state = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
+    return setup.step_for(1).lower(state, setup.abstract_batch(setup.config.train.batch_size))
+
+
+PUBLISHED_IDS = dict(ids=lambda v: getattr(v, "__name__", None))
+
+
+@pytest.mark.parametrize("module, variant, shape, classes, params", PUBLISHED, **PUBLISHED_IDS)
+def test_published_config_has_the_published_model_and_its_step_lowers(
+    tmp_path, module, variant, shape, classes, params
+):
+    setup = published_setup(tmp_path, module, variant, shape, classes)
     assert sum(x.size for x in jax.tree.leaves(setup.abstract_state.params)) == params
     assert setup.conditional == bool(classes)
+    lowered = lowered_step(setup)
+    # the whole program's FLOPs before partitioning (XLA's HLO cost analysis): a step of a model this size
+    assert lowered.cost_analysis()["flops"] > 1e13
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module, variant, shape, classes, params", PUBLISHED, **PUBLISHED_IDS)
+def test_published_config_step_compiles_with_its_memory_and_flop_report(
+    tmp_path, module, variant, shape, classes, params
+):
+    setup = published_setup(tmp_path, module, variant, shape, classes)
     compiled, seconds = aot.compile_step(setup, 1)  # the program of the steps without the sampler's update
     report = aot.step_report(setup, compiled, seconds)
     assert report["devices"] == 8 and report["params"] == params
@@ -59,20 +84,25 @@ def test_published_config_has_the_published_model_and_its_step_compiles(
 
 
 @pytest.mark.parametrize("variant, classes", [("adaptive", 0), ("lognormal,cond", 10)])
-def test_cifar10_edm_has_its_unet_and_its_step_compiles(variant, classes):
+def test_cifar10_edm_has_its_unet_and_its_step_lowers(variant, classes):
     """configs/cifar10_edm.py (pixels: no data is read to build): the DDPM++-sized UNet's exact parameter count from
-    shapes (its docstring: 53,634,563, + 11 x 512 label rows), EDM's batch, and the train step compiled for 8
-    devices (the adaptive variant's program without the policy update)."""
+    shapes (its docstring: 53,634,563, + 11 x 512 label rows), EDM's batch, and the train step lowered for 8 devices
+    (the adaptive variant's program without the policy update; compiled in the slow test below)."""
     c = cifar10_edm.get_config(variant)
     setup = build(c)
     params = 53_634_563 + (11 * 512 if classes else 0)
     assert sum(x.size for x in jax.tree.leaves(setup.abstract_state.params)) == params
     assert setup.conditional == bool(classes) and c.train.batch_size == 512 and c.diffusion.name == "edm"
-    if classes:
-        return  # the conditional program differs only by the label rows: compiled once, unconditionally
+    if not classes:  # the conditional program differs only by the label rows: lowered once, unconditionally
+        assert lowered_step(setup).cost_analysis()["flops"] > 1e13
+
+
+@pytest.mark.slow
+def test_cifar10_edm_step_compiles_with_its_memory_and_flop_report():
+    setup = build(cifar10_edm.get_config("adaptive"))
     compiled, seconds = aot.compile_step(setup, 1)
     report = aot.step_report(setup, compiled, seconds)
-    assert report["devices"] == 8 and report["params"] == params and report["flops"] > 1e12
+    assert report["devices"] == 8 and report["params"] == 53_634_563 and report["flops"] > 1e12
 
 
 @pytest.mark.parametrize("sampler", ["uniform", "adaptive"])

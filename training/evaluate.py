@@ -385,9 +385,6 @@ class PeriodicEval:
         self.key = jax.random.PRNGKey(self.KEY)
         self.prefix = "periodic/"
 
-    def due(self, step: int) -> bool:
-        return self.p.every > 0 and step % self.p.every == 0
-
     def protocol(self) -> dict:
         p = self.p
         return dict(
