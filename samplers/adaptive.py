@@ -46,6 +46,9 @@ and in continuous time it was chosen over "loss" by measurement, before the per-
 (docs/benchmarks.md#flow-matching-on-the-digits-2026-12-01).
 """
 
+import dataclasses
+
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,6 +61,59 @@ from diffusion.time import continuous_grid, sweep_grid  # noqa: F401 (the sweep 
 from samplers.base import SAMPLERS, Sampler
 from samplers.fstat import f_statistic, top_k_highest
 from samplers.policy import BetaPolicy, beta_entropy, beta_kl, beta_log_prob, sample_u
+
+
+@flax.struct.dataclass(kw_only=True)
+class PolicyState:
+    """The learned sampler's state (a pytree; in the train state's sampler_state). An option's fields are None when
+    the option is off, so a checkpoint holds only what the run uses. The fields are declared in the sorted order of
+    the dict keys this state had before it was a dataclass (LEGACY_NAMES), so its leaves come in the same order and
+    the step compiles to the same program; a checkpoint written with those keys still restores
+    (training/checkpoint.py restore, from_legacy)."""
+
+    probe_times: jax.Array  # S [|S|]: the grid indices probed at the next update
+    sweep_rows: jax.Array  # X [buffer, K]: ring buffer of the sweep's per-grid-time reductions d_tau
+    adv_mean: jax.Array | None = None  # advantage=normalised: the running mixture's mean and variance of the reward
+    adv_var: jax.Array | None = None
+    baseline: jax.Array  # the running mean of the mean reward (reward_baseline), before bias correction
+    sweep_count: jax.Array  # count: sweeps pushed into the ring buffer so far
+    density: jax.Array  # [density_bins]: the policy's mean mass per bin of u at the last update
+    diag: dict | None = None  # diagnostics=True: what the reward and the policy gradient carry (_diagnostics)
+    entropy: jax.Array | None = None  # entropy_control=target: the policy's mean entropy at the last update
+    f_top: jax.Array  # [|S|]: the F-statistics of the selected grid times
+    log_coef: jax.Array | None = None  # entropy_control=target: log of the entropy coefficient
+    opt: object  # the policy optimizer's state
+    policy: dict  # the policy network's variables
+    policy_loss: jax.Array
+    reward: jax.Array  # the mean reward of the last update (bits/dim)
+    reward_per_s: jax.Array  # [|S|]: its mean over probe images per probed time
+    spread: jax.Array  # how much the images' distributions differ (_policy_update)
+    step_kl: jax.Array | None = None  # trust_kl: the KL between the last two policies and the step's scale
+    step_scale: jax.Array | None = None
+    updates: jax.Array  # policy updates so far
+    sweep_totals: jax.Array  # y [buffer]: sum_tau d_tau of each buffer row
+
+    # the keys of the dict this state was before (checkpoints written until 2026-12-05): field -> key
+    LEGACY_NAMES = dict(probe_times="S", sweep_rows="X", sweep_count="count", sweep_totals="y")
+
+    def to_legacy(self) -> dict:
+        """The state as the dict of the old layout (absent options left out): a restore target for old checkpoints."""
+        return {
+            self.LEGACY_NAMES.get(f.name, f.name): getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) is not None
+        }
+
+    @classmethod
+    def from_legacy(cls, d: dict) -> "PolicyState":
+        back = {v: k for k, v in cls.LEGACY_NAMES.items()}
+        return cls(**{back.get(k, k): v for k, v in d.items()})
+
+    @classmethod
+    def is_legacy(cls, paths) -> bool:
+        """Whether a checkpoint's sampler_state leaf paths ("sampler_state.X", ...) are of the old layout."""
+        return any(p == "sampler_state.X" or p.startswith("sampler_state.X.") for p in paths)
+
 
 ENTROPY_FORMS = ("standard", "reference")
 GRIDS = ("even", "geometric")
@@ -272,15 +328,15 @@ class AdaptiveSampler(Sampler):
             extra.update(step_kl=zero, step_scale=jnp.ones((), jnp.float32))
         if self.diagnostics:
             extra.update(diag=self._diag_init(params, n))
-        return dict(
+        return PolicyState(
             policy=params,
             opt=self.tx.init(params),
-            X=jnp.zeros((self.cfg.buffer_size, K), jnp.float32),
-            y=jnp.zeros((self.cfg.buffer_size,), jnp.float32),
-            count=jnp.zeros((), jnp.int32),
+            sweep_rows=jnp.zeros((self.cfg.buffer_size, K), jnp.float32),
+            sweep_totals=jnp.zeros((self.cfg.buffer_size,), jnp.float32),
+            sweep_count=jnp.zeros((), jnp.int32),
             # the reference's initial S = {0, 1, 2}; in continuous time the first grid times (after the data end
             # with data_end=exclude)
-            S=self.time.first(self.grid, n, self.skip),
+            probe_times=self.time.first(self.grid, n, self.skip),
             updates=jnp.zeros((), jnp.int32),
             reward=zero,
             policy_loss=zero,
@@ -293,7 +349,7 @@ class AdaptiveSampler(Sampler):
         )
 
     def sample(self, state, key, x0):
-        a, b = self.policy.apply(state["policy"], x0)
+        a, b = self.policy.apply(state.policy, x0)
         u = sample_u(key, a, b)
         t = self.time.from_unit(u, "nearest")  # the reference's round(u (T - 1)) on the chain
         aux = dict(u=u, alpha=a, beta=b)
@@ -390,7 +446,7 @@ class AdaptiveSampler(Sampler):
         return -mean_masked(logp * advantage) - c * jnp.mean(ent), jnp.mean(ent)
 
     def _entropy_coef(self, state):
-        return jnp.exp(state["log_coef"]) if self.entropy_control == "target" else self.cfg.entropy_coef
+        return jnp.exp(state.log_coef) if self.entropy_control == "target" else self.cfg.entropy_coef
 
     def _advantage(self, state, reward):
         """(A [P], the state's updated running statistics): the advantage of each probe image's reward."""
@@ -398,10 +454,10 @@ class AdaptiveSampler(Sampler):
             return reward - self._baseline(state), {}
         # the running mixture: weight d for the rewards of earlier updates (mean m, variance v), 1 - d for this
         # update's (mean bm, variance bv); the first update's are its own
-        d, first = self.advantage_decay, state["updates"] == 0
+        d, first = self.advantage_decay, state.updates == 0
         bm, bv = jnp.mean(reward), jnp.var(reward)
-        m = jnp.where(first, bm, d * state["adv_mean"] + (1 - d) * bm)
-        v = jnp.where(first, bv, d * state["adv_var"] + (1 - d) * bv + d * (1 - d) * (bm - state["adv_mean"]) ** 2)
+        m = jnp.where(first, bm, d * state.adv_mean + (1 - d) * bm)
+        v = jnp.where(first, bv, d * state.adv_var + (1 - d) * bv + d * (1 - d) * (bm - state.adv_mean) ** 2)
         return (reward - m) / jnp.maximum(jnp.sqrt(v), 1e-12), dict(adv_mean=m, adv_var=v)
 
     def _trust_region(self, old, new, x0):
@@ -432,14 +488,14 @@ class AdaptiveSampler(Sampler):
         """(S [|S|], each time's weight in cells): the previous update's selection with weight 1, or fresh strata."""
         if self.selection == "stratified":
             return self.time.strata(key, self.cfg.num_selected, self.skip)
-        return state["S"], jnp.ones((self.cfg.num_selected,), jnp.float32)
+        return state.probe_times, jnp.ones((self.cfg.num_selected,), jnp.float32)
 
     def _baseline(self, state):
         """The bias-corrected running mean of the mean reward over the previous updates (0 before any, or off)."""
-        decay, n = self.cfg.reward_baseline, state["updates"]
+        decay, n = self.cfg.reward_baseline, state.updates
         if decay == 0:
             return jnp.zeros((), jnp.float32)
-        return jnp.where(n > 0, state["baseline"] / (1.0 - decay ** n.astype(jnp.float32)), 0.0)
+        return jnp.where(n > 0, state.baseline / (1.0 - decay ** n.astype(jnp.float32)), 0.0)
 
     def _select(self, X, y, count, S):
         """(S, F-scores of S): the num_selected grid timesteps with the highest F over the valid rows (filled and
@@ -482,43 +538,49 @@ class AdaptiveSampler(Sampler):
 
         c = self._entropy_coef(state)
         (loss, entropy), grads = jax.value_and_grad(self._policy_loss, has_aux=True)(
-            state["policy"], xp, up, advantage, from_policy, c
+            state.policy, xp, up, advantage, from_policy, c
         )
-        updates, opt = self.tx.update(grads, state["opt"], state["policy"])
-        policy = optax.apply_updates(state["policy"], updates)
+        updates, opt = self.tx.update(grads, state.opt, state.policy)
+        policy = optax.apply_updates(state.policy, updates)
         if self.trust_kl > 0:
-            policy, new["step_kl"], new["step_scale"] = self._trust_region(state["policy"], policy, xp)
+            policy, new["step_kl"], new["step_scale"] = self._trust_region(state.policy, policy, xp)
         if self.entropy_control == "target":  # SAC's temperature rule, on log c, with this update's entropy
-            log_c = state["log_coef"] - self.entropy_coef_lr * (entropy - self.entropy_target)
+            log_c = state.log_coef - self.entropy_coef_lr * (entropy - self.entropy_target)
             new.update(log_coef=jnp.clip(log_c, *LOG_COEF_RANGE), entropy=entropy)
         if self.diagnostics:
-            new["diag"] = self._diagnostics(state["policy"], xp, up, advantage, from_policy, c, delta)
+            new["diag"] = self._diagnostics(state.policy, xp, up, advantage, from_policy, c, delta)
 
         if self.selection == "stratified":  # no sweep, no buffer: S records this update's draw
-            X, y, count, S, f_top = state["X"], state["y"], state["count"] + 1, S_used, jnp.zeros_like(state["f_top"])
+            X, y, count, S, f_top = (
+                state.sweep_rows,
+                state.sweep_totals,
+                state.sweep_count + 1,
+                S_used,
+                jnp.zeros_like(state.f_top),
+            )
         else:
             pick = jax.random.choice(k_pick, ctx.x0.shape[0], (self.cfg.sweep_images,), replace=False)
             y_pick = None if ctx.y is None else ctx.y[pick]
             d = jnp.mean(self._delta(ctx, ctx.x0[pick], y_pick, self.grid, k_sweep), axis=0)  # [K]
-            row = state["count"] % self.cfg.buffer_size
-            X = state["X"].at[row].set(d)
-            y = state["y"].at[row].set(jnp.sum(d))
-            count = state["count"] + 1
-            S, f_top = self._select(X, y, count, state["S"])
+            row = state.sweep_count % self.cfg.buffer_size
+            X = state.sweep_rows.at[row].set(d)
+            y = state.sweep_totals.at[row].set(jnp.sum(d))
+            count = state.sweep_count + 1
+            S, f_top = self._select(X, y, count, state.probe_times)
         decay = self.cfg.reward_baseline
         mass = bins_mass(ctx.aux["alpha"], ctx.aux["beta"], self.time.unit_edges(self.cfg.density_bins))
         density = jnp.mean(mass, axis=0)
-        return dict(
+        return PolicyState(
             policy=policy,
             opt=opt,
-            X=X,
-            y=y,
-            count=count,
-            S=S,
-            updates=state["updates"] + 1,
+            sweep_rows=X,
+            sweep_totals=y,
+            sweep_count=count,
+            probe_times=S,
+            updates=state.updates + 1,
             reward=jnp.mean(reward),
             policy_loss=loss,
-            baseline=decay * state["baseline"] + (1.0 - decay) * jnp.mean(reward),
+            baseline=decay * state.baseline + (1.0 - decay) * jnp.mean(reward),
             reward_per_s=jnp.mean(delta, axis=0),
             f_top=f_top,
             density=density,
@@ -596,21 +658,21 @@ class AdaptiveSampler(Sampler):
         metrics = dict(
             alpha_mean=jnp.mean(ctx.aux["alpha"]),
             beta_mean=jnp.mean(ctx.aux["beta"]),
-            reward_mean=state["reward"],
-            policy_loss=state["policy_loss"],
-            updates=state["updates"],
-            S=state["S"],
-            reward_per_s=state["reward_per_s"],
-            f_top=state["f_top"],
-            policy_density=state["density"],
-            policy_spread=state["spread"],
+            reward_mean=state.reward,
+            policy_loss=state.policy_loss,
+            updates=state.updates,
+            S=state.probe_times,
+            reward_per_s=state.reward_per_s,
+            f_top=state.f_top,
+            policy_density=state.density,
+            policy_spread=state.spread,
         )
         if self.entropy_control == "target":
-            metrics.update(entropy_coef=jnp.exp(state["log_coef"]), entropy=state["entropy"])
+            metrics.update(entropy_coef=jnp.exp(state.log_coef), entropy=state.entropy)
         if self.trust_kl > 0:
-            metrics.update(step_kl=state["step_kl"], step_scale=state["step_scale"])
+            metrics.update(step_kl=state.step_kl, step_scale=state.step_scale)
         if self.advantage == "normalised":
-            metrics.update(reward_running_mean=state["adv_mean"], reward_running_sd=jnp.sqrt(state["adv_var"]))
+            metrics.update(reward_running_mean=state.adv_mean, reward_running_sd=jnp.sqrt(state.adv_var))
         if self.diagnostics:
-            metrics.update(state["diag"])
+            metrics.update(state.diag)
         return state, metrics

@@ -101,15 +101,15 @@ def test_reward_is_zero_when_the_update_changes_nothing():
     state = sampler.init(jax.random.PRNGKey(1), x0)
     ctx = probe_context(sampler, state, model, P, x0, params, params)
     new, metrics = jax.jit(lambda st: sampler.update(st, ctx))(state)
-    assert float(new["reward"]) == 0.0 and int(new["updates"]) == 1
-    np.testing.assert_array_equal(np.asarray(new["X"][0]), 0.0)
+    assert float(new.reward) == 0.0 and int(new.updates) == 1
+    np.testing.assert_array_equal(np.asarray(new.sweep_rows[0]), 0.0)
     # an all-zero sweep row is no valid row of the F-statistic: S stays the initial {0, 1, 2}, no F-scores
     np.testing.assert_array_equal(np.asarray(metrics["S"]), [0, 1, 2])
     np.testing.assert_array_equal(np.asarray(metrics["f_top"]), 0.0)
     # with fresh noise after the update (common_noise off) the same model gives a non-zero reward: noise alone
     c, P, sampler = _adaptive(**{"sampler.adaptive.probe_batch_size": 8, "sampler.adaptive.common_noise": False})
     new, _ = jax.jit(lambda st: sampler.update(st, ctx))(sampler.init(jax.random.PRNGKey(1), x0))
-    assert float(new["reward"]) != 0.0
+    assert float(new.reward) != 0.0
 
 
 def test_reward_is_positive_when_the_update_fits_the_probed_timesteps():
@@ -120,7 +120,7 @@ def test_reward_is_positive_when_the_update_fits_the_probed_timesteps():
     x0 = digits(16)
     params = model.init(jax.random.PRNGKey(0), x0[:1], jnp.zeros((1,), jnp.int32))
     S = jnp.array([300, 400, 500], jnp.int32)
-    state = dict(sampler.init(jax.random.PRNGKey(1), x0), S=S)
+    state = sampler.init(jax.random.PRNGKey(1), x0).replace(probe_times=S)
     tx = optax.adam(3e-3)
 
     @jax.jit
@@ -136,7 +136,7 @@ def test_reward_is_positive_when_the_update_fits_the_probed_timesteps():
         after, opt = fit(after, opt, jax.random.PRNGKey(100 + i))
     ctx = probe_context(sampler, state, model, P, x0, params, after)
     new, _ = jax.jit(lambda st: sampler.update(st, ctx))(state)
-    assert float(new["reward"]) > 0.0
+    assert float(new.reward) > 0.0
 
 
 def test_policy_moves_its_mass_into_the_band_that_lowers_the_bound():
@@ -266,13 +266,13 @@ def test_buffer_wraps_around_and_zero_rows_and_early_rows_select_nothing():
     for k in range(5):
         state, metrics = update(state, jnp.asarray(tables[k]))
         states.append((state, metrics))
-    X = np.asarray(state["X"])
+    X = np.asarray(state.sweep_rows)
     np.testing.assert_allclose(X, np.stack([tables[3], tables[4], tables[2]]), rtol=1e-6)
-    np.testing.assert_allclose(np.asarray(state["y"]), X.sum(1), rtol=1e-5)
-    assert int(state["count"]) == 5
+    np.testing.assert_allclose(np.asarray(state.sweep_totals), X.sum(1), rtol=1e-5)
+    assert int(state.sweep_count) == 5
     np.testing.assert_array_equal(np.asarray(states[1][1]["S"]), [0, 1, 2])  # two rows: not yet
     want = grid[SelectKBest(f_regression, k=3).fit(X, X.sum(1)).get_support(indices=True)]
-    np.testing.assert_array_equal(np.asarray(state["S"]), want)
+    np.testing.assert_array_equal(np.asarray(state.probe_times), want)
     # three rows of which one is all zero: two valid rows, S stays; sklearn over the valid rows otherwise
     X3 = jnp.asarray(np.stack([tables[0], np.zeros(grid.size, np.float32), tables[1]]))
     S, f = sampler._select(X3, X3.sum(1), jnp.int32(3), jnp.array([0, 1, 2]))
@@ -320,8 +320,8 @@ def test_sweep_row_and_its_target_equal_direct_bound_terms():
     apply = lambda p: lambda x, t: model.apply(p, x, t)
     kl = lambda p: P.row_terms(apply(p), x0r, tr, noise, kl_only=True).reshape(2, 4)
     want = np.asarray(jnp.mean(kl(before) - kl(after), axis=0))
-    np.testing.assert_allclose(np.asarray(new["X"][0]), want, rtol=1e-4, atol=1e-7)
-    assert float(new["y"][0]) == pytest.approx(float(want.sum()), rel=1e-4, abs=1e-7)
+    np.testing.assert_allclose(np.asarray(new.sweep_rows[0]), want, rtol=1e-4, atol=1e-7)
+    assert float(new.sweep_totals[0]) == pytest.approx(float(want.sum()), rel=1e-4, abs=1e-7)
     assert np.abs(want).max() > 0
 
 
@@ -430,9 +430,9 @@ def test_uniform_mix_importance_weights_and_the_baseline_by_hand():
         )
         state = sampler.init(jax.random.PRNGKey(0), x0)
         state, _ = fake_update(sampler, state, x0, constant_reward, key=0)
-        assert float(state["reward"]) == pytest.approx(0.75)  # |S| = 3 rows of 0.25
+        assert float(state.reward) == pytest.approx(0.75)  # |S| = 3 rows of 0.25
         state, _ = fake_update(sampler, state, x0, constant_reward, key=1)
-        assert (float(state["policy_loss"]) == 0.0) == zero_loss
+        assert (float(state.policy_loss) == 0.0) == zero_loss
 
 
 def test_geometric_sweep_grid_and_the_policy_density_diagnostics():

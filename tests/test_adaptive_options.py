@@ -67,9 +67,9 @@ def test_stratified_reward_weights_each_term_by_its_strata_cells():
     S = np.asarray(metrics["S"])
     assert S[0] < 333 <= S[1] < 666 <= S[2] < 1000  # one fresh time per stratum, recorded as S
     cells = np.array([333, 333, 334])
-    np.testing.assert_allclose(float(state["reward"]), np.sum(cells * S / 1000), rtol=1e-5)
+    np.testing.assert_allclose(float(state.reward), np.sum(cells * S / 1000), rtol=1e-5)
     np.testing.assert_allclose(np.asarray(metrics["reward_per_s"]), cells * S / 1000, rtol=1e-5)
-    assert int(state["count"]) == 1 and not np.any(np.asarray(state["X"]))  # no sweep was pushed
+    assert int(state.sweep_count) == 1 and not np.any(np.asarray(state.sweep_rows))  # no sweep was pushed
     S2 = np.asarray(fake_update(sampler, state, x0, rows, key=1)[1]["S"])
     assert not np.array_equal(S, S2)  # fresh strata every update
 
@@ -96,7 +96,7 @@ def test_data_end_excluded_from_s_even_when_its_column_makes_the_target():
             }
         )
         state = sampler.init(jax.random.PRNGKey(0), x0)
-        np.testing.assert_array_equal(np.asarray(state["S"]), [0, 1, 2] if end == "kl" else [1, 2, 3])
+        np.testing.assert_array_equal(np.asarray(state.probe_times), [0, 1, 2] if end == "kl" else [1, 2, 3])
         for k in range(6):
             state, metrics = fake_update(sampler, state, x0, sweep_rows, key=k)
         assert (0 in np.asarray(metrics["S"]).tolist()) == has_zero
@@ -171,21 +171,21 @@ def test_normalised_advantage_is_the_running_mixtures_standard_score():
     state = sampler.init(jax.random.PRNGKey(0), x0)
     state, _ = fake_update(sampler, state, x0, per_image_rows(r1), key=0)
     R1 = np.linspace(0, 7, 8)
-    assert float(state["adv_mean"]) == pytest.approx(R1.mean()) and float(state["adv_var"]) == pytest.approx(R1.var())
+    assert float(state.adv_mean) == pytest.approx(R1.mean()) and float(state.adv_var) == pytest.approx(R1.var())
     t, _, aux = sampler.sample(state, jax.random.PRNGKey(101), x0)
     new, metrics = fake_update(sampler, state, x0, per_image_rows(r2), key=1)
     R2 = np.linspace(10, 24, 8)
     m = d * R1.mean() + (1 - d) * R2.mean()
     v = d * R1.var() + (1 - d) * R2.var() + d * (1 - d) * (R2.mean() - R1.mean()) ** 2
-    assert float(new["adv_mean"]) == pytest.approx(m, rel=1e-5)
-    assert float(new["adv_var"]) == pytest.approx(v, rel=1e-5)
+    assert float(new.adv_mean) == pytest.approx(m, rel=1e-5)
+    assert float(new.adv_var) == pytest.approx(v, rel=1e-5)
     assert float(metrics["reward_running_sd"]) == pytest.approx(np.sqrt(v), rel=1e-5)
     # the policy loss is -mean_i log pi(u_i) (R_i - m) / sqrt(v), the probe images every 2nd of the batch
     a, b, u = (np.asarray(aux[k], np.float64)[::2] for k in ("alpha", "beta", "u"))
     want = -np.mean(st.beta.logpdf(np.clip(u, 1e-6, 1 - 1e-6), a, b) * (R2 - m) / np.sqrt(v))
     # (float32 terms of about 0.03 that cancel to 7e-4: an absolute tolerance; a missing or wrong normalisation
     # changes the loss by a factor of the rewards' spread, 4.6)
-    assert float(new["policy_loss"]) == pytest.approx(want, abs=3e-6)
+    assert float(new.policy_loss) == pytest.approx(want, abs=3e-6)
     # with the reference's baseline at the same time: refused
     with pytest.raises(ConfigError, match=re.escape("config.sampler.adaptive.reward_baseline=0.5 is not allowed")):
         validate(
@@ -201,10 +201,10 @@ def test_normalised_advantage_is_the_running_mixtures_standard_score():
 
 def _policy_at(sampler, state, a_bias, b_bias):
     """The state with the policy's head biases set so that every image gets Beta(softplus(.) + 1e-5 ...)."""
-    params = jax.tree.map(lambda v: v, state["policy"])
+    params = jax.tree.map(lambda v: v, state.policy)
     head = sorted(k for k in params["params"] if k.startswith("Dense"))[-1]
     params["params"][head]["bias"] = jnp.array([a_bias, b_bias], jnp.float32)
-    return dict(state, policy=params)
+    return state.replace(policy=params)
 
 
 @pytest.mark.parametrize("bias, rises", [((0.5, 0.5), False), ((4.0, -1.0), True)])
@@ -224,7 +224,7 @@ def test_entropy_coefficient_rises_below_its_target_and_falls_above(bias, rises)
     new, metrics = fake_update(sampler, state, x0, per_image_rows(jnp.zeros(8)))
     sp = lambda x: np.log1p(np.exp(x)) + 1e-5
     H = st.beta.entropy(sp(bias[0]), sp(bias[1]))  # every image alike (the head's weights are 0)
-    assert float(new["entropy"]) == pytest.approx(H, rel=1e-4, abs=1e-6)
+    assert float(new.entropy) == pytest.approx(H, rel=1e-4, abs=1e-6)
     assert float(metrics["entropy_coef"]) == pytest.approx(c0 * np.exp(-lr * (H - target)), rel=1e-4)
     assert (float(metrics["entropy_coef"]) > c0) == rises
 
@@ -260,8 +260,8 @@ def test_trust_region_bounds_the_kl_between_consecutive_policies():
         )
         state = sampler.init(jax.random.PRNGKey(0), x0)
         new, metrics = fake_update(sampler, state, x0, rows_fn_for(sampler, state))
-        a0, b0 = sampler.policy.apply(state["policy"], xp)
-        a1, b1 = sampler.policy.apply(new["policy"], xp)
+        a0, b0 = sampler.policy.apply(state.policy, xp)
+        a1, b1 = sampler.policy.apply(new.policy, xp)
         kls[trust] = float(np.mean(np.asarray(beta_kl(a0, b0, a1, b1))))
         means[trust] = float(np.mean(np.asarray(a1 / (a1 + b1))))
         if trust:
@@ -280,7 +280,7 @@ def test_uniform_floor_keeps_every_timestep_and_the_weights_unbiased():
     c, P, sampler = _adaptive(**{"sampler.adaptive.uniform_mix": eps, "sampler.adaptive.importance_weights": True})
     x0 = digits(16)
     state = _policy_at(sampler, sampler.init(jax.random.PRNGKey(0), x0), 4.0, -2.0)  # Beta(4.0, 0.13): t near T
-    a, b = sampler.policy.apply(state["policy"], x0[:1])
+    a, b = sampler.policy.apply(state.policy, x0[:1])
     all_t = jnp.arange(T, dtype=jnp.int32)
     w = np.asarray(sampler.importance_weights(jnp.repeat(a, T), jnp.repeat(b, T), all_t), np.float64)
     p = 1.0 / (T * w)
@@ -313,15 +313,16 @@ def test_diagnostics_by_hand():
     np.testing.assert_allclose(np.asarray(metrics["reward_share_per_s"]), share, rtol=1e-4)
     assert float(np.sum(metrics["reward_share_per_s"])) == pytest.approx(1.0, rel=1e-5)
     snr = np.asarray(metrics["grad_snr"])
-    assert snr.shape == (len(state["policy"]["params"]),) and np.all(np.isfinite(snr)) and np.all(snr >= 0)
+    assert snr.shape == (len(state.policy["params"]),) and np.all(np.isfinite(snr)) and np.all(snr >= 0)
     # at the initial head (weights 0) only the head gets gradients: the layers below it have none (SNR 0)
-    assert sorted(state["policy"]["params"]) == ["Conv_0", "Conv_1", "Dense_0", "Dense_1"]
+    assert sorted(state.policy["params"]) == ["Conv_0", "Conv_1", "Dense_0", "Dense_1"]
     np.testing.assert_array_equal(snr[:3], 0.0)
     assert snr[3] > 0
     assert float(metrics["entropy_to_reward_grad"]) > 0
-    # the default keeps its state's layout: no key of any option
+    # the default keeps its state's layout: no array of any option
     c, P, default = _adaptive()
-    assert set(default.init(jax.random.PRNGKey(0), x0)) == set(state) - {"diag"}
+    present = lambda s: {f.name for f in dataclasses.fields(s) if getattr(s, f.name) is not None}
+    assert present(default.init(jax.random.PRNGKey(0), x0)) == present(state) - {"diag"}
 
 
 def test_credit_reward_is_each_images_gradient_alignment_with_the_bound():
@@ -392,7 +393,7 @@ def test_credit_reward_is_each_images_gradient_alignment_with_the_bound():
     state, metrics = jax.jit(lambda st: sampler.update(st, dataclasses.replace(ctx, aux=_aux(sampler, st, x0))))(
         sampler.init(jax.random.PRNGKey(0), x0)
     )
-    assert np.isfinite(float(state["reward"])) and float(state["reward"]) != 0.0
+    assert np.isfinite(float(state.reward)) and float(state.reward) != 0.0
     with pytest.raises(ConfigError, match=re.escape("config.sampler.adaptive.selection='fstat' is not allowed")):
         validate(tiny_config(**{"sampler.name": "adaptive", "sampler.adaptive.reward": "credit"}))
 

@@ -261,7 +261,7 @@ def test_learned_sampler_draws_t_without_rounding_and_its_log_probability():
     np.testing.assert_allclose(a, math.log1p(math.exp(0.5)) + 1e-5, rtol=1e-6)  # the heads' initial bias
     np.testing.assert_allclose(beta_log_prob(t, aux["alpha"], aux["beta"]), stats.beta(a, b).logpdf(t), atol=1e-6)
     np.testing.assert_allclose(s.grid[:3], [0.01, 0.03, 0.05], rtol=1e-6)  # 50 cell midpoints of [0, 1]
-    np.testing.assert_allclose(state["S"], s.grid[:3])
+    np.testing.assert_allclose(state.probe_times, s.grid[:3])
     geo = make("adaptive", Flow(), sweep_grid="geometric").grid
     lam = Flow().logsnr(geo)
     np.testing.assert_allclose(jnp.diff(lam), jnp.diff(lam)[0], rtol=1e-3)  # even in log SNR
@@ -418,8 +418,8 @@ def test_flow_resume_with_the_learned_sampler_is_exact(tmp_path):
 
     _, full, resumed = full_and_resumed(flow_config(), tmp_path)
     chex.assert_trees_all_equal(full, resumed)
-    assert int(full.sampler_state["updates"]) == 3  # steps 0, 2, 4 updated the policy
-    assert float(full.sampler_state["reward"]) != 0.0
+    assert int(full.sampler_state.updates) == 3  # steps 0, 2, 4 updated the policy
+    assert float(full.sampler_state.reward) != 0.0
 
 
 def test_learned_schedule_interior_descends_the_bound_only_with_importance_weights():

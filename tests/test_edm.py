@@ -317,7 +317,7 @@ def test_three_steps_with_the_learned_sampler_then_its_likelihood_and_samples():
     for step in range(3):
         state, metrics = setup.step_for(step)(state, batch)
         assert bool(metrics["finite_loss"]) and bool(metrics["finite_sampler"])
-    assert int(state.sampler_state["updates"]) == 2  # steps 0 and 2 updated the policy
+    assert int(state.sampler_state.updates) == 2  # steps 0 and 2 updated the policy
     images = np.asarray(batch["image"] if isinstance(batch, dict) else batch)[:8]
     mean, per_image, _ = bound_bpd(setup, state.ema_params, images, jax.random.PRNGKey(0), num_t=4)
     assert np.all(np.isfinite(per_image)) and 0 < mean < 100
@@ -346,7 +346,7 @@ def test_two_steps_with_the_histogram_samplers_and_edm2s_weighting(variant):
 def test_edm_resume_with_the_learned_sampler_is_exact(tmp_path):
     _, full, resumed = full_and_resumed(edm_config(), tmp_path)
     chex.assert_trees_all_equal(full, resumed)
-    assert int(full.sampler_state["updates"]) == 3
+    assert int(full.sampler_state.updates) == 3
 
 
 @pytest.mark.parametrize("variant", ["", "lognormal", "uniform,uncertainty", "infonoise", "adaptive_noise"])

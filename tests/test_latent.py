@@ -144,7 +144,7 @@ def test_a_latent_transformer_trains_resumes_exactly_samples_and_decodes(encoded
     (s1, a), (s2, b) = restore_latest(setup, straight), restore_latest(setup, resumed)
     assert s1 == s2 == 3
     chex.assert_trees_all_equal(jax.device_get(a), jax.device_get(b))
-    assert int(a.sampler_state["updates"]) == 2  # the policy updated at steps 0 and 2
+    assert int(a.sampler_state.updates) == 2  # the policy updated at steps 0 and 2
     from PIL import Image
 
     grid = np.asarray(Image.open(os.path.join(straight, "samples", "step_0000003.png")))

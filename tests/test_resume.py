@@ -2,12 +2,15 @@
 checkpoint, and N/2. antithetic, speed, lognormal and logitnormal keep no state of their own and draw from the step's
 key as uniform does (resumed here); they are left out to keep the suite within its time budget."""
 
+import os
+import subprocess
+
 import chex
 import jax
 import numpy as np
 import pytest
 
-from conftest import full_and_resumed
+from conftest import full_and_resumed, tiny_config
 from training.setup import initial_state
 
 # each sampler with a weighting, so that every weighting is in some resumed run
@@ -50,3 +53,42 @@ def test_a_run_loading_with_worker_processes_resumes_mid_epoch_exactly(tiny, tmp
     _, full, resumed = full_and_resumed(tiny(**{"data.random_flip": True}), tmp_path, resumed_workers=2)
     assert int(resumed.step) == 6 and len(jax.tree.leaves(full)) > 100
     chex.assert_trees_all_equal(full, resumed)
+
+
+def test_a_checkpoint_of_the_learned_samplers_dict_state_resumes(tmp_path):
+    """tests/fixtures/legacy_adaptive: a 2-step run's workdir written at commit e8186ea, when the learned sampler's
+    state was a dict with keys S, X, y, count (make_legacy_adaptive_checkpoint.py). Today's code restores it into
+    PolicyState, every array equal to the stored one under its old name, and the same command resumes it to step 4,
+    whose checkpoint has the named layout."""
+    import shutil
+
+    from fixtures.make_legacy_adaptive_checkpoint import OVERRIDES
+
+    from conftest import main_cmd, restore_checkpoint, tiny_flags
+    from samplers.adaptive import PolicyState
+    from training import checkpoint as ckpt
+    from training.setup import build
+
+    wd = tmp_path / "legacy"
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "fixtures", "legacy_adaptive"), wd)
+    _, stored = restore_checkpoint(wd, 2)  # by its own metadata: the old keys
+    assert {"S", "X", "y", "count"} <= set(stored["sampler_state"])
+    c = tiny_config(**OVERRIDES)
+    setup = build(c)
+    mngr = ckpt.make_manager(c, str(wd))
+    abstract = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
+    state = jax.device_get(ckpt.restore(mngr, 2, abstract, str(wd)))
+    mngr.close()
+    assert isinstance(state.sampler_state, PolicyState) and int(state.step) == 2
+    for name, old in PolicyState.LEGACY_NAMES.items():
+        np.testing.assert_array_equal(getattr(state.sampler_state, name), stored["sampler_state"][old])
+    chex.assert_trees_all_equal(state.sampler_state.policy, stored["sampler_state"]["policy"])
+    chex.assert_trees_all_equal(state.params, stored["params"])
+
+    flags = tiny_flags(**{**OVERRIDES, "train.num_steps": 4})
+    r = subprocess.run(main_cmd(f"--workdir={wd}", *flags), capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Resuming from checkpoint step 2" in r.stdout
+    step, new = restore_checkpoint(wd)
+    assert step == 4 and {"probe_times", "sweep_rows"} <= set(new["sampler_state"]) and "X" not in new["sampler_state"]
+    assert int(new["sampler_state"]["updates"]) == 2  # the policy updated at steps 0 and 2

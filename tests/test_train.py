@@ -53,13 +53,13 @@ def test_eight_devices_agree_with_one_and_the_step_traces_once(tiny):
     # moment). The rewards are differences of nearly equal bounds, so float rounding moves them by ~0.3%; Adam's
     # normalised step turns that into up to one step (policy_lr) on parameters whose gradient is near zero.
     a, b = jax.device_get(s8.sampler_state), jax.device_get(s1.sampler_state)
-    assert int(a["updates"]) == int(b["updates"]) == 2 and int(a["count"]) == int(b["count"]) == 2
-    np.testing.assert_array_equal(a["S"], b["S"])
-    chex.assert_trees_all_close((a["X"], a["y"]), (b["X"], b["y"]), rtol=1e-3, atol=1e-6)
-    assert float(a["reward"]) == pytest.approx(float(b["reward"]), rel=1e-2) and abs(float(b["reward"])) > 1e-4
-    for x, y in zip(jax.tree.leaves(a["opt"][1][0].mu), jax.tree.leaves(b["opt"][1][0].mu)):
+    assert int(a.updates) == int(b.updates) == 2 and int(a.sweep_count) == int(b.sweep_count) == 2
+    np.testing.assert_array_equal(a.probe_times, b.probe_times)
+    chex.assert_trees_all_close((a.sweep_rows, a.sweep_totals), (b.sweep_rows, b.sweep_totals), rtol=1e-3, atol=1e-6)
+    assert float(a.reward) == pytest.approx(float(b.reward), rel=1e-2) and abs(float(b.reward)) > 1e-4
+    for x, y in zip(jax.tree.leaves(a.opt[1][0].mu), jax.tree.leaves(b.opt[1][0].mu)):
         np.testing.assert_allclose(x, y, rtol=0, atol=0.02 * np.abs(y).max())
-    chex.assert_trees_all_close(a["policy"], b["policy"], rtol=0, atol=1e-2)
+    chex.assert_trees_all_close(a.policy, b.policy, rtol=0, atol=1e-2)
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLERS))

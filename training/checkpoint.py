@@ -294,12 +294,28 @@ def restore(mngr, step: int, abstract_state, workdir: str):
         raise CheckpointUnreadable(step, _reason(e)) from None
     if getattr(meta, "item_metadata", meta) is None:  # orbax writes it with every checkpoint
         raise CheckpointUnreadable(step, "its default/_METADATA, the list of the arrays it holds, is missing")
-    check_fits(meta, step, abstract_state, workdir)
+    legacy = _legacy_target(meta, abstract_state)
+    check_fits(meta, step, abstract_state if legacy is None else legacy, workdir)
     try:
         with _quiet_orbax():
-            return mngr.restore(step, args=ocp.args.StandardRestore(abstract_state))
+            state = mngr.restore(step, args=ocp.args.StandardRestore(abstract_state if legacy is None else legacy))
     except Exception as e:  # it fits by its metadata: a failure to read it is damage
         raise CheckpointUnreadable(step, _reason(e)) from None
+    if legacy is not None:
+        state = state.replace(sampler_state=type(abstract_state.sampler_state).from_legacy(state.sampler_state))
+    return state
+
+
+def _legacy_target(meta, abstract_state):
+    """The restore target for a checkpoint whose sampler state has an older layout, or None: a sampler state class
+    with to_legacy / from_legacy / is_legacy (samplers/adaptive.py PolicyState, once a dict of short keys) is
+    restored as that dict and converted."""
+    sampler_state = getattr(abstract_state, "sampler_state", None)
+    if not hasattr(sampler_state, "to_legacy"):
+        return None
+    if not type(sampler_state).is_legacy(_leaves(getattr(meta, "item_metadata", meta))):
+        return None
+    return abstract_state.replace(sampler_state=sampler_state.to_legacy())
 
 
 DAMAGED = "checkpoints_damaged"
