@@ -46,6 +46,10 @@ python benchmarks/reward.py --config=configs/flow.py --out="$out/reward_flow" --
 # trust-region arm stopped there and the credit arms do not run on flow: the reference reward's variants follow.
 ddpm --seeds=0,1 --runs=uniform,adaptive,adaptive_noise,$credit/entropy_control=target
 ddpm --seeds=0 --runs=uniform,$credit/trust_kl=0.01
+# On DDPM seeds 0 and 1 only the stratified variant ($strat) was ahead of uniform in both (-0.048, -0.109): its
+# seed 2 and the flow pilots of it and of the baselines run first (2026-12-05), the other variants' seeds after.
+ddpm --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$strat
+flow --seeds=0,1,2 --runs=uniform,adaptive_noise,adaptive,$strat
 ddpm --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$variants
 flow --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$variants
 ddpm --seeds=0,1,2 --runs=uniform,adaptive,$reference
