@@ -80,7 +80,7 @@ def primed(setup, state, train, key, per_t: int):
     import jax.numpy as jnp
 
     from samplers.base import StepContext
-    from training.step import make_apply, to_float
+    from training.step import make_apply, make_objective, to_float
 
     T = setup.process.num_timesteps
     rng = np.random.default_rng(int(jax.random.randint(key, (), 0, 2**31 - 1)))
@@ -89,15 +89,13 @@ def primed(setup, state, train, key, per_t: int):
     t = jnp.tile(jnp.arange(T, dtype=jnp.int32), per_t)
     k_noise, k_drop = jax.random.split(key)
     noise = jax.random.normal(k_noise, x0.shape, jnp.float32)
-    apply = make_apply(setup.model)
+    objective = make_objective(make_apply(setup.model), setup.process, setup.weighting)
 
     @jax.jit
     def terms(params):
-        bound = setup.process.bind(params)
-        mse, extra = bound.example_losses(lambda xt, tt: apply(params, xt, tt, k_drop), x0, t, noise)
-        return mse, setup.weighting.loss(params, t, mse) + extra, setup.weighting(t)
+        return *objective(params, x0, t, noise, k_drop), setup.weighting(t)
 
-    mse, losses, loss_weight = terms(state.params)
+    losses, mse, loss_weight = terms(state.params)
     s0 = setup.sampler.init(key, x0[: setup.config.train.batch_size])
     ctx = StepContext(
         step=state.step,

@@ -4,7 +4,8 @@
     python benchmarks/identity.py --before=/tmp/before [--after=.] [--out=/tmp/identity] [--steps=20]
 
 Each setting (SETTINGS: the quickstart's default with the learned sampler, flow matching, EDM and VP with the
-learned sampler, the default with the learned sampler's options on) trains the tests' tiny model (tests/conftest.py
+learned sampler, the default with the learned sampler's options on, its other rewards, the gradient-variance
+sampler and a class-conditional model) trains the tests' tiny model (tests/conftest.py
 TINY) for --steps steps from both checkouts, on 8 CPU devices, and compares every metrics record without its clock
 fields, every checkpoint array (restored by its own metadata; a learned sampler's state of the layout before
 PolicyState is matched by samplers/adaptive.py PolicyState.LEGACY_NAMES) and the sample pictures byte for byte. A
@@ -32,6 +33,18 @@ SETTINGS = {
             for k in ("advantage=normalised", "entropy_control=target", "trust_kl=0.01", "diagnostics=True")
         ],
     ),
+    # the learned sampler's other rewards: the training objective's rows, and per-image credit with the decoder
+    "loss_reward": ("default.py", ["--config.sampler.adaptive.reward=loss"]),
+    "credit": (
+        "default.py",
+        [
+            f"--config.sampler.adaptive.{k}"
+            for k in ("reward=credit", "selection=stratified", "data_end=decoder", "advantage=normalised")
+        ],
+    ),
+    # single examples' gradients (StepContext.objective), and a class-conditional model with guidance
+    "grad_variance": ("default.py", ["--config.sampler.name=grad_variance"]),
+    "conditional": ("default.py", ["--config.model.class_cond=True", "--config.sample.guidance_scale=2.0"]),
 }
 
 

@@ -158,10 +158,12 @@ class Process(abc.ABC):
 
     # -- the bound's terms (the learned sampler's "bound" reward) --------------------------------------------------
     @abc.abstractmethod
-    def row_terms(self, apply_fn, x0, t, noise, *, kl_only: bool = False, clip_denoised: bool = False):
+    def row_terms(self, apply_fn, x0, t, noise, *, kind: str = "bound"):
         """The bound's term of independent rows (image x0[i] at t[i] with noise[i]): [R] bits/dim (on a chain one
         step's term; in continuous time the ELBO integrand per unit of t, time.cell_share turns it into one grid
-        cell's share). kl_only: the Gaussian KL at every step, t = 0 included (the chain's reward)."""
+        cell's share). kind "bound" or "kl" (training/step.py ROW_KINDS): "kl" is the Gaussian KL at every step, t =
+        0 included, where the process has a data-end term of its own (the chain's reference reward); elsewhere the
+        same as "bound"."""
 
     # -- the prior ------------------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -195,13 +195,13 @@ class ContinuousProcess(Process):
         eps_hat = self.predict(xt, t, out)[1]
         return -0.5 * self.dlogsnr(t) * mean_flat((noise - eps_hat) ** 2) / LN2
 
-    def row_terms(self, apply_fn, x0, t, noise, *, kl_only: bool = False, clip_denoised: bool = False):
-        """The ELBO integrand of independent rows (image x0[i], time t[i], noise[i]): [R] bits/dim per unit t.
-        kl_only and clip_denoised are the discrete process's options and change nothing here."""
+    def row_terms(self, apply_fn, x0, t, noise, *, kind: str = "bound"):
+        """The ELBO integrand of independent rows (image x0[i], time t[i], noise[i]): [R] bits/dim per unit t, for
+        either kind (in continuous time the data end is no term of the integrand)."""
         xt = self.q_sample(x0, t, noise)
         return self.elbo_integrand(xt, t, noise, self.run(apply_fn, xt, t))
 
-    def bound_terms(self, apply_fn, x0, ts, noise, *, kl_only=False, clip_denoised=False, max_rows: int = 0):
+    def bound_terms(self, apply_fn, x0, ts, noise, *, max_rows: int = 0):
         """row_terms for many times at once: x0 [B, ...], ts [K], noise [K, B, ...] -> [B, K]."""
         return fold_timesteps(lambda a, b, c: self.row_terms(apply_fn, a, b, c), x0, ts, noise, max_rows)
 

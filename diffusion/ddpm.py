@@ -10,7 +10,7 @@ Choices written down:
 - `clip_denoised` clips the predicted x0 to [-1, 1] before forming the model mean. Training-time terms (the learned
   sampler's reward) use False, the evaluation NLL uses True, both as in improved-diffusion.
 - The bound's terms: the Gaussian KL for t > 0, the discretised decoder NLL for t = 0, and the prior KL at T - 1
-  (`nll_bpd`); the learned sampler's reward uses the Gaussian KL at every t, t = 0 included (`kl_only`).
+  (`nll_bpd`); the learned sampler's reward uses the Gaussian KL at every t, t = 0 included (`row_terms(kind="kl")`).
 
 Learned variance (variance="learned_range"; Nichol & Dhariwal 2021, improved-diffusion ModelVarType.LEARNED_RANGE,
 as DiT trains): the network outputs 2C channels (`out_channels`), channels-last. The first C are the mean
@@ -318,20 +318,21 @@ class DDPM(Process):
         mean, _, logvar = self.q_mean_variance(x0, t)
         return mean_flat(normal_kl(mean, logvar, 0.0, 0.0)) / LN2
 
-    def bound_terms(
-        self, apply_fn, x0, ts, noise, *, kl_only: bool = False, clip_denoised: bool = False, max_rows: int = 0
-    ):
-        """Bound terms for many timesteps at once: x0 [B, H, W, C], ts [K], noise [K, B, H, W, C] -> [B, K] bits/dim.
+    def bound_terms(self, apply_fn, x0, ts, noise, *, kind: str = "bound", clip_denoised: bool = False, max_rows=0):
+        """Bound terms for many timesteps at once: x0 [B, H, W, C], ts [K], noise [K, B, H, W, C] -> [B, K] bits/dim
+        (kind as row_terms; clip_denoised clips the predicted x0, as the evaluation of 8-bit pixels does).
         `apply_fn(xt, t)` runs the network on a flat batch; max_rows bounds the rows per call (fold_timesteps)."""
+        rows = lambda x0r, tr, nr: self._row_terms(apply_fn, x0r, tr, nr, kind, clip_denoised)
+        return fold_timesteps(rows, x0, ts, noise, max_rows)
 
-        def row_terms(x0r, tr, nr):
-            return self.row_terms(apply_fn, x0r, tr, nr, kl_only=kl_only, clip_denoised=clip_denoised)
+    def row_terms(self, apply_fn, x0, t, noise, *, kind: str = "bound"):
+        """Bound terms of independent rows: image x0[i] at timestep t[i] with noise[i] -> [R] bits/dim. kind
+        "bound": L_t, the discretised decoder at t = 0; "kl": the Gaussian KL at every t, t = 0 included (the
+        reference's reward, docs/method.md#reward)."""
+        return self._row_terms(apply_fn, x0, t, noise, kind, False)
 
-        return fold_timesteps(row_terms, x0, ts, noise, max_rows)
-
-    def row_terms(self, apply_fn, x0, t, noise, *, kl_only: bool = False, clip_denoised: bool = False):
-        """Bound terms of independent rows: image x0[i] at timestep t[i] with noise[i] -> [R] bits/dim."""
-        fn = self.kl_terms_bpd if kl_only else self.vb_terms_bpd
+    def _row_terms(self, apply_fn, x0, t, noise, kind, clip_denoised):
+        fn = self.kl_terms_bpd if kind == "kl" else self.vb_terms_bpd
         xt = self.q_sample(x0, t, noise)
         return fn(x0, xt, t, apply_fn(xt, t), clip_denoised)
 

@@ -9,9 +9,10 @@ ctx["num_classes"]: the dataset's class count, 0 when it has no labels) and
 
 that returns the network output [B, H, W, out_channels] in float32 (out_channels is C, or 2C when the process learns the
 variance). The module has a `dtype` attribute (its compute dtype): the bound terms and the learned sampler's probes run
-a float32 clone, module.clone(dtype=jnp.float32). t is the process's time (an integer timestep for DDPM, passed as a
-number). With num_classes = K > 0 the module embeds K + 1 classes, class K being the null class of classifier-free
-guidance; y=None (only for K = 0) means unconditional.
+a float32 clone, module.clone(dtype=jnp.float32); and a `num_classes` attribute, the K below (make_model checks
+both). t is the process's time (an integer timestep for DDPM, passed as a number). With num_classes = K > 0 the module
+embeds K + 1 classes, class K being the null class of classifier-free guidance; y=None (only for K = 0) means
+unconditional.
 """
 
 from core.fields import Bool, Choice, FieldError, Num
@@ -41,4 +42,13 @@ def make_model(model_cfg, *, num_classes: int = 0, out_channels: int | None = No
     """The Flax module config.model names (pass config.model). num_classes: the dataset's class count, used when
     model_cfg.class_cond (0: unconditional); out_channels: None for the input's channel count."""
     k = num_classes if model_cfg.class_cond else 0
-    return MODELS[model_cfg.name].build(model_cfg, num_classes=k, out_channels=out_channels)
+    module = MODELS[model_cfg.name].build(model_cfg, num_classes=k, out_channels=out_channels)
+    for attr in ("num_classes", "dtype"):
+        if not hasattr(module, attr):
+            raise TypeError(f"model {model_cfg.name!r}: its module must have `{attr}` (models/base.py)")
+    if module.num_classes != k:
+        raise TypeError(
+            f"model {model_cfg.name!r}: its module has num_classes={module.num_classes!r}, must be {k}, the count it "
+            "was built with (models/base.py)"
+        )
+    return module

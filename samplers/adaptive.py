@@ -309,6 +309,9 @@ class AdaptiveSampler(Sampler):
         opt = lambda k: cfg.get(k, self.FIELDS[k].default)
         self.selection, self.data_end, self.advantage = opt("selection"), opt("data_end"), opt("advantage")
         self.advantage_decay, self.trust_kl = opt("advantage_decay"), opt("trust_kl")
+        # what the probe rows compute (training/step.py ROW_KINDS): the training objective for reward=loss; else the
+        # bound's terms, with the chain's t = 0 term the reference's Gaussian KL or the bound's own decoder
+        self.row_kind = "loss" if self.reward_kind == "loss" else "bound" if self.data_end == "decoder" else "kl"
         self.entropy_control, self.entropy_target = opt("entropy_control"), opt("entropy_target")
         self.entropy_coef_lr, self.diagnostics = opt("entropy_coef_lr"), opt("diagnostics")
         self.skip = int(self.data_end == "exclude")  # grid times (the data end) S never holds
@@ -397,9 +400,7 @@ class AdaptiveSampler(Sampler):
                 noise,
                 y=yr,
                 dropout_key=dropout_key,
-                # the chain's t = 0 term: the reference's Gaussian KL, or the bound's own discretised decoder
-                kl_only=self.reward_kind == "bound" and self.data_end != "decoder",
-                loss=self.reward_kind == "loss",
+                kind=self.row_kind,
                 rows_per_device=self.cfg.probe_chunk_rows,
             )
             return terms.reshape(N, K)
@@ -417,20 +418,20 @@ class AdaptiveSampler(Sampler):
         N, K = x0.shape[0], ts.shape[0]
         k_rows, k_drop, k_loss, k_loss_drop = jax.random.split(key, 4)
         dropout = k_drop if self.cfg.probe_dropout else None
-        kl_only = self.data_end != "decoder"
+        kind = "bound" if self.data_end == "decoder" else "kl"
         params = ctx.params_before
 
         def term(p, s):  # the mean over the images of the bound's term at ts[s] (one grid cell's share)
             noise = jax.random.normal(jax.random.fold_in(k_rows, s), x0.shape, jnp.float32)
             tr = jnp.full((N,), ts[s], ts.dtype)
             rows = ctx.rows_fn(
-                p, x0, tr, noise, y=y, dropout_key=dropout, kl_only=kl_only, rows_per_device=self.cfg.probe_chunk_rows
+                p, x0, tr, noise, kind=kind, y=y, dropout_key=dropout, rows_per_device=self.cfg.probe_chunk_rows
             )
             return jnp.mean(rows) * self.reward_scale
 
         loss_noise = jax.random.normal(k_loss, x0.shape, jnp.float32)
         loss_dropout = k_loss_drop if self.cfg.probe_dropout else None
-        losses = lambda p: ctx.example_loss_fn(p, x0, t, loss_noise, loss_dropout, y)
+        losses = lambda p: ctx.objective(p, x0, t, loss_noise, loss_dropout, y)[0]
         cols = [jax.jvp(losses, (params,), (jax.grad(term)(params, s),))[1] for s in range(K)]
         return jnp.stack(cols, axis=1)
 

@@ -35,16 +35,17 @@ SAMPLERS = Registry("sampler", NESTED)
 class StepContext:
     """What one train step hands to `Sampler.update` (all arrays are global, sharded over the data axis).
 
-    rows_fn(params, x0 [R, ...], t [R], noise [R, ...], *, y=None, dropout_key=None, kl_only=False, loss=False,
-    rows_per_device=0) -> [R] computes the bound terms (bits/dim; loss=True: the training objective w(t) MSE + extra)
-    of independent rows (image, timestep, noise; with
-    y [R] their labels, which a class-conditional model needs: pass ctx.y's entries of the rows' images) with the
-    diffusion model's
-    `params`, in float32, spread over the data axis and run in chunks of at most rows_per_device rows per device
-    (training/rows.py); with a dropout key the network runs in train mode, each chunk with masks of its own.
+    rows_fn(params, x0 [R, ...], t [R], noise [R, ...], *, kind="bound", y=None, dropout_key=None,
+    rows_per_device=0) -> [R] computes, for independent rows (image, timestep, noise; with y [R] their labels,
+    which a class-conditional model needs: pass ctx.y's entries of the rows' images) and the diffusion model's
+    `params`, the bound's terms in bits/dim (kind "bound", or "kl": on a chain the Gaussian KL at t = 0 too) or the
+    training objective (kind "loss"; training/step.py ROW_KINDS), in float32, spread over the data axis and run in
+    chunks of at most rows_per_device rows per device (training/rows.py); with a dropout key the network runs in
+    train mode, each chunk with masks of its own.
     losses [B] are each example's objective before the sampler's importance weight: w(t) * MSE (plus the learned
-    variance's term), with w the loss weighting. example_loss_fn(params, x0 [N,...], t [N], noise [N,...],
-    dropout_key, y=None) -> [N] recomputes it (train mode), for samplers that need gradients of single examples.
+    variance's term), with w the loss weighting. objective(params, x0 [N,...], t [N], noise [N,...], dropout_key,
+    y=None) -> (objective [N], MSE [N]) is the train step's own definition of it (training/step.py make_objective;
+    train mode with a dropout key), for samplers that need gradients of single examples.
     """
 
     step: jnp.ndarray
@@ -56,7 +57,7 @@ class StepContext:
     params_before: Any
     params_after: Any
     rows_fn: Callable[..., jnp.ndarray]
-    example_loss_fn: Callable[..., jnp.ndarray] = None
+    objective: Callable[..., Tuple[jnp.ndarray, jnp.ndarray]] = None
     # Whether this step does the sampler's periodic work (Sampler.period): None decides on the device
     # (step % period == 0, under lax.cond); True / False when the step was compiled for one kind of step only.
     is_periodic: bool | None = None

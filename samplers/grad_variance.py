@@ -75,7 +75,7 @@ class GradVarianceSampler(TableSampler):
 
         def one_loss(p, x, t, n, k, y):
             labels = {} if y is None else {"y": y[None]}  # a class-conditional model's labels
-            return ctx.example_loss_fn(p, x[None], t[None], n[None], k, **labels)[0]
+            return ctx.objective(p, x[None], t[None], n[None], k, **labels)[0][0]
 
         grad_one = jax.grad(one_loss)
         per_example = jax.vmap(grad_one, in_axes=(None, 0, 0, 0, 0, None if ctx.y is None else 0))

@@ -318,7 +318,7 @@ def test_sweep_row_and_its_target_equal_direct_bound_terms():
     x0r, tr = jnp.repeat(x0[pick], 4, axis=0), jnp.tile(grid, 2)
     noise = jax.random.normal(jax.random.split(k_sweep, 4)[0], x0r.shape)
     apply = lambda p: lambda x, t: model.apply(p, x, t)
-    kl = lambda p: P.row_terms(apply(p), x0r, tr, noise, kl_only=True).reshape(2, 4)
+    kl = lambda p: P.row_terms(apply(p), x0r, tr, noise, kind="kl").reshape(2, 4)
     want = np.asarray(jnp.mean(kl(before) - kl(after), axis=0))
     np.testing.assert_allclose(np.asarray(new.sweep_rows[0]), want, rtol=1e-4, atol=1e-7)
     assert float(new.sweep_totals[0]) == pytest.approx(float(want.sum()), rel=1e-4, abs=1e-7)

@@ -132,18 +132,18 @@ def test_decoder_data_end_probes_the_bounds_own_t0_term():
     after = jax.tree.map(lambda p: p * 0.9, before)
     seen = {}
 
-    def rows(params, x, t, noise, kl_only=False, **kw):
-        seen["kl_only"] = kl_only
+    def rows(params, x, t, noise, kind="bound", **kw):
+        seen["kind"] = kind
         return jnp.zeros(x.shape[0])
 
     fake_update(sampler, sampler.init(jax.random.PRNGKey(0), x0), x0, rows)
-    assert seen["kl_only"] is False  # the bound's terms: the discretised decoder at t = 0
+    assert seen["kind"] == "bound"  # the bound's terms: the discretised decoder at t = 0
     # which, on the chain, is the decoder NLL at t = 0 and the Gaussian KL elsewhere (diffusion/ddpm.py)
     t = jnp.array([0, 0, 5, 5], jnp.int32)
     xs, noise = x0[:4], jax.random.normal(jax.random.PRNGKey(1), x0[:4].shape)
     apply = lambda xt, tt: model.apply(after, xt, tt, None, train=False)
     vb = P.row_terms(apply, xs, t, noise)
-    kl = P.row_terms(apply, xs, t, noise, kl_only=True)
+    kl = P.row_terms(apply, xs, t, noise, kind="kl")
     np.testing.assert_allclose(np.asarray(vb[2:]), np.asarray(kl[2:]), rtol=1e-6)
     assert np.all(np.abs(np.asarray(vb[:2] - kl[:2])) > 1e-3)
     # no chain, no decoder: refused in one line in continuous time
@@ -347,9 +347,9 @@ def test_credit_reward_is_each_images_gradient_alignment_with_the_bound():
     params = jax.tree.map(lambda p: p + 0.02 * jax.random.normal(jax.random.PRNGKey(5), p.shape), params)
     apply = lambda p: lambda xt, tt: model.apply(p, xt, tt, None, train=False)
 
-    def example_loss_fn(p, x, t, noise, key, y=None):
+    def objective(p, x, t, noise, key, y=None):
         mse, extra = P.bind(p).example_losses(apply(p), x, t, noise)
-        return mse + extra
+        return mse + extra, mse
 
     rows_fn = make_rows_fn(model, P)
     xp, tp = x0[:4], jnp.array([10, 300, 600, 900], jnp.int32)
@@ -364,7 +364,7 @@ def test_credit_reward_is_each_images_gradient_alignment_with_the_bound():
         params_before=params,
         params_after=params,
         rows_fn=rows_fn,
-        example_loss_fn=example_loss_fn,
+        objective=objective,
     )
     C = np.asarray(jax.jit(lambda: sampler._credit(ctx, xp, None, tp, ts, key))())
     k_rows, _, k_loss, _ = jax.random.split(key, 4)
@@ -372,11 +372,11 @@ def test_credit_reward_is_each_images_gradient_alignment_with_the_bound():
 
     def kl(p, s):
         noise = jax.random.normal(jax.random.fold_in(k_rows, s), xp.shape)
-        return jnp.mean(P.row_terms(apply(p), xp, jnp.full((4,), ts[s]), noise, kl_only=True))
+        return jnp.mean(P.row_terms(apply(p), xp, jnp.full((4,), ts[s]), noise, kind="kl"))
 
     dot = lambda a, b: sum(jnp.vdot(x, y) for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)))
     # each image's gradient (one row per image) and each stratum's bound gradient, by reverse mode, compiled once
-    g_images = jax.jit(jax.jacrev(lambda p: example_loss_fn(p, xp, tp, loss_noise, None)))(params)
+    g_images = jax.jit(jax.jacrev(lambda p: objective(p, xp, tp, loss_noise, None)[0]))(params)
     g_bounds = jax.jit(jax.vmap(jax.grad(kl), in_axes=(None, 0)))(params, jnp.arange(2))
     row = lambda tree, i: jax.tree.map(lambda g: g[i], tree)
     for s in range(2):

@@ -132,8 +132,8 @@ def test_chunked_terms_equal_unchunked(max_rows):
     ts = jnp.array([0, 7, 100, 500, 999])
     noise = jax.random.normal(jax.random.PRNGKey(9), (5,) + x0.shape)
     apply = lambda xt, t: 0.2 * xt - 0.001 * t[:, None, None, None]
-    full = P.bound_terms(apply, x0, ts, noise, kl_only=True)
-    chunked = P.bound_terms(apply, x0, ts, noise, kl_only=True, max_rows=max_rows)
+    full = P.bound_terms(apply, x0, ts, noise, kind="kl")
+    chunked = P.bound_terms(apply, x0, ts, noise, kind="kl", max_rows=max_rows)
     np.testing.assert_allclose(np.asarray(chunked), np.asarray(full), rtol=1e-5, atol=1e-7)
 
 

@@ -483,7 +483,7 @@ def test_continuous_reward_is_per_grid_cell_as_the_chains_is_per_step():
     d = 0.05
     step = jnp.array([300], jnp.int32)
     lam = chain.logsnr_np()
-    kl = float(chain.row_terms(lambda xt, tt: noise + d, x0, step, noise, kl_only=True)[0]) * LN2
+    kl = float(chain.row_terms(lambda xt, tt: noise + d, x0, step, noise, kind="kl")[0]) * LN2
     np.testing.assert_allclose(kl, 0.5 * np.expm1(lam[299] - lam[300]) * d * d, rtol=1e-3)
     t = vp.t_of_logsnr(jnp.array([lam[300]], jnp.float32))
     reward = float(vp.row_terms(lambda xt, nt: noise + d, x0, t, noise)[0]) * sampler.reward_scale * LN2

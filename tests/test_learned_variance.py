@@ -135,8 +135,8 @@ def test_learned_bound_equals_fixed_bound_where_the_variances_agree(variance):
     np.testing.assert_allclose(np.asarray(est_l), np.asarray(fixed.nll_bpd_estimate(mean_fn, x0, key, 10)), rtol=1e-5)
     ts = jnp.array([0, 1, 300, 999])
     noise = jax.random.normal(key, (4,) + x0.shape)
-    kl_l = L.bound_terms(learned_fn, x0, ts, noise, kl_only=True)
-    kl_f = fixed.bound_terms(mean_fn, x0, ts, noise, kl_only=True)
+    kl_l = L.bound_terms(learned_fn, x0, ts, noise, kind="kl")
+    kl_f = fixed.bound_terms(mean_fn, x0, ts, noise, kind="kl")
     np.testing.assert_allclose(np.asarray(kl_l), np.asarray(kl_f), rtol=1e-4, atol=1e-6)
 
 

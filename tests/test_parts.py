@@ -196,3 +196,42 @@ def test_importing_the_checkpoint_module_changes_no_global_setting():
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_a_model_whose_module_lacks_num_classes_is_refused_in_one_line():
+    """The train step, the sampler and evaluation read module.num_classes (models/base.py): a model part whose
+    module lacks it, or reports another count than it was built with, is refused when built."""
+    import flax.linen as nn
+    import ml_collections
+
+    from models import make_model
+
+    class NoClasses(nn.Module):
+        dtype: str = "float32"
+
+        def __call__(self, x, t, y=None, train=False):
+            return x
+
+    class Fixed(NoClasses):
+        num_classes: int = 3  # whatever it was built with
+
+    class Toy:
+        name = "toy_net"
+        FIELDS = {}
+        module = NoClasses
+
+        @classmethod
+        def build(cls, cfg, *, num_classes=0, out_channels=None):
+            return cls.module()
+
+    MODELS.register(Toy)
+    try:
+        cfg = ml_collections.ConfigDict(dict(name="toy_net", class_cond=True))
+        with pytest.raises(TypeError, match=r"^model 'toy_net': its module must have `num_classes` \(models"):
+            make_model(cfg, num_classes=10)
+        Toy.module = Fixed
+        with pytest.raises(TypeError, match="its module has num_classes=3, must be 10, the count it was built with"):
+            make_model(cfg, num_classes=10)
+        assert make_model(cfg, num_classes=3).num_classes == 3
+    finally:
+        MODELS.unregister(Toy.name)

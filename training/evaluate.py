@@ -59,7 +59,7 @@ def restore_latest(setup, workdir):
 
 def guidance_protocol(setup, scale) -> dict:
     """How samples of a class-conditional model were drawn (nothing for an unconditional one)."""
-    k = getattr(setup.model, "num_classes", 0)
+    k = setup.num_classes
     if not k:
         return {}
     return dict(classes=f"balanced: sample i has class i mod {k}", guidance_scale=float(scale))
@@ -69,7 +69,7 @@ def bound_space(setup) -> dict:
     """Where the bound lives: pixels (the papers' bits/dim) or a first stage's latents (not comparable)."""
     c = setup.config
     out = {}
-    if getattr(setup.model, "num_classes", 0):
+    if setup.conditional:
         out["conditional"] = "on the true class of each test image"
     if setup.latent:
         out["space"] = (
@@ -220,7 +220,7 @@ def test_data(setup, n: int):
     model's latents; labels when the model is class-conditional."""
     test = load_split(setup.config.data, "test")
     n = len(test) if n == -1 else min(n, len(test))
-    if getattr(setup.model, "num_classes", 0):
+    if setup.conditional:
         return test.get_labelled(np.arange(n))
     return test.get(np.arange(n)), None
 

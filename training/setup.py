@@ -19,7 +19,7 @@ from data import DATASETS, dataset_classes
 from diffusion import make_process
 from models import make_model
 from samplers import make_sampler
-from training.mesh import DATA, batch_sharding, make_mesh, replicated, row_constraint, state_shardings
+from training.mesh import batch_sharding, make_mesh, replicated, state_shardings
 from training.state import image_shape, init_state, make_optimizer
 from training.step import make_apply, make_train_step
 from training.validate import validate
@@ -28,8 +28,11 @@ from weightings import make_weighting
 TRACES: collections.Counter = collections.Counter()  # name -> times traced (a Python side effect of tracing)
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
 class Setup:
+    """The parts a run builds from its config (`build`), named. The train step is made from them when first used;
+    `compiled` keeps the jitted helpers (sampling, the bound), each made once."""
+
     config: Any
     mesh: Any
     process: Any
@@ -37,14 +40,25 @@ class Setup:
     sampler: Any
     weighting: Callable
     tx: Any
-    train_step: Callable  # the raw pure function (decides the sampler's periodic update on the device)
-    step_fn: Callable  # jitted with shardings, state donated
-    make_step: Callable  # make_step(periodic) -> a raw step compiled for one kind of step (Sampler.period)
     abstract_state: Any
     state_shardings: Any
     batch_sharding: Any
     compiled: Dict[Any, Callable] = dataclasses.field(default_factory=dict)  # jitted helpers, built once each
-    _autoencoder: Any = False  # loaded when first used (False: not yet)
+
+    def make_step(self, periodic=None) -> Callable:
+        """The raw pure step (training/step.py): periodic None decides the sampler's periodic update on the device,
+        True / False compiles one kind of step (Sampler.period)."""
+        return make_train_step(self, periodic)
+
+    @functools.cached_property
+    def train_step(self) -> Callable:
+        """The raw pure step that decides the sampler's periodic update on the device."""
+        return self.make_step(None)
+
+    @functools.cached_property
+    def step_fn(self) -> Callable:
+        """train_step jitted with shardings, state donated."""
+        return self.jit_step(self.train_step)
 
     def jit_step(self, fn):
         """jit a (state, batch) -> (state, metrics) function with the train step's shardings, state donated."""
@@ -74,13 +88,11 @@ class Setup:
     def batch_shape(self, batch: int):
         return image_shape(self.config.data, batch)
 
-    @property
+    @functools.cached_property
     def autoencoder(self):
         """The first stage of a latent model (latent/), through which samples are decoded; None for pixels.
         Loaded when first used (a compile-only run needs no weights)."""
-        if self._autoencoder is False:
-            self._autoencoder = make_first_stage(self.config)
-        return self._autoencoder
+        return make_first_stage(self.config)
 
     @property
     def latent(self) -> bool:
@@ -88,8 +100,13 @@ class Setup:
         return hasattr(DATASETS[self.config.data.name], "autoencoder_path")
 
     @property
+    def num_classes(self) -> int:
+        """The classes a class-conditional model is trained on (its null class not counted); 0: unconditional."""
+        return self.model.num_classes
+
+    @property
     def conditional(self) -> bool:
-        return bool(getattr(self.model, "num_classes", 0))
+        return bool(self.num_classes)
 
     def abstract_batch(self, batch: int):
         """The train step's batch as shapes (sharded): data [B, H, W, C] (uint8 images or float32 latents), with
@@ -108,7 +125,7 @@ class Setup:
             if s.dtype == jnp.uint8:
                 a = rng.integers(0, 256, s.shape, dtype=np.uint8)
             elif s.dtype == jnp.int32:
-                a = rng.integers(0, max(1, getattr(self.model, "num_classes", 1)), s.shape).astype(np.int32)
+                a = rng.integers(0, max(1, self.num_classes), s.shape).astype(np.int32)
             else:
                 a = rng.standard_normal(s.shape).astype(s.dtype)
             return jax.device_put(a, self.batch_sharding)
@@ -126,20 +143,22 @@ def build(config) -> Setup:
     sampler = make_sampler(c.sampler, process, c.train.batch_size)
     weighting = make_weighting(c.weighting, process)
     tx = make_optimizer(c.train)
-    make_step = functools.partial(
-        make_train_step, c, model, process, sampler, weighting, tx, mesh.shape[DATA], row_constraint(mesh)
-    )
-    raw = make_step(None)
     shape = image_shape(c.data, c.train.batch_size)
     abstract = jax.eval_shape(
         lambda k: init_state(model, tx, sampler, k, shape, process, weighting), jax.random.PRNGKey(0)
     )
-    state_sh = state_shardings(abstract, mesh, c.mesh.shard_params)
-    setup = Setup(
-        c, mesh, process, model, sampler, weighting, tx, raw, None, make_step, abstract, state_sh, batch_sharding(mesh)
+    return Setup(
+        config=c,
+        mesh=mesh,
+        process=process,
+        model=model,
+        sampler=sampler,
+        weighting=weighting,
+        tx=tx,
+        abstract_state=abstract,
+        state_shardings=state_shardings(abstract, mesh, c.mesh.shard_params),
+        batch_sharding=batch_sharding(mesh),
     )
-    setup.step_fn = setup.jit_step(raw)
-    return setup
 
 
 def make_first_stage(config):
@@ -199,7 +218,7 @@ def sampling_fn(setup: Setup, method: str, steps: int, shape, guidance: float = 
     sharded over the data axis; y: [N] labels for a class-conditional model, else None. Jitted once per (method,
     steps, shape, guidance)."""
     steps = steps if setup.process.uses_steps(method) else 0
-    num_classes = getattr(setup.model, "num_classes", 0)
+    num_classes = setup.num_classes
     guidance = float(guidance) if num_classes else 1.0
     name = ("sample", method, steps, shape, guidance)
 
@@ -249,7 +268,7 @@ def generate(
     n_dev = setup.mesh.shape["data"]
     padded = -(-num // n_dev) * n_dev
     shape = setup.batch_shape(padded)
-    y = sample_labels(getattr(setup.model, "num_classes", 0), padded, offset)
+    y = sample_labels(setup.num_classes, padded, offset)
     if y is not None:
         P, p = jax.process_count(), jax.process_index()
         y = jax.make_array_from_process_local_data(setup.batch_sharding, y[p * padded // P : (p + 1) * padded // P])

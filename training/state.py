@@ -92,7 +92,7 @@ def init_state(model, tx, sampler, key, batch_shape, process=None, weighting=Non
     k_model, k_sampler, k_rng = jax.random.split(key, 3)
     x = jnp.zeros(batch_shape, jnp.float32)
     t = jnp.zeros((x.shape[0],), jnp.int32)
-    y = jnp.zeros((1,), jnp.int32) if getattr(model, "num_classes", 0) else None
+    y = jnp.zeros((1,), jnp.int32) if model.num_classes else None
     params = model.init(k_model, x[:1], t[:1], y)
     if process is not None:
         params = process.init_params(jax.random.fold_in(key, 0x5C4ED), params)

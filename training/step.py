@@ -12,6 +12,7 @@ import optax
 from core.fields import Int, all_mutable
 from samplers.base import StepContext
 from training import rows
+from training.mesh import DATA, row_constraint
 from training.state import TrainState, ema_decay_at, lr_schedule
 
 DIAGNOSTICS_FIELDS = all_mutable(
@@ -54,26 +55,49 @@ def make_apply(model):
     return apply
 
 
-def make_rows_fn(model, process, num_shards: int = 1, constrain=rows.same, weighting=None):
-    """rows_fn(params, x0 [R,...], t [R], noise [R,...], *, y=None, dropout_key=None, kl_only=False, loss=False,
-    rows_per_device=0) -> [R] bits/dim of independent rows (y [R]: their labels for a class-conditional model),
-    or with loss=True each row's training objective w(t) * MSE + extra (w: `weighting`),
-    spread over `num_shards` devices (constrain(x, axis) shards x over the data axis) in chunks of at most
-    rows_per_device rows per device (training/rows.py); chunk i runs with dropout key fold_in(dropout_key, i). The
-    network runs in float32 whatever config.model.dtype says: the bound terms, and the learned sampler's reward (a
-    small difference of two such terms), would be biased by bfloat16 rounding. The parameters are the same."""
-    apply = make_apply(model.clone(dtype=jnp.float32))
+# What rows_fn computes per row: the bound's own term ("bound": on a chain, the discretised decoder at t = 0), the
+# reference's reward term ("kl": on a chain, the Gaussian KL at every step, t = 0 included; in continuous time the
+# same as "bound"), or the training objective w(t) MSE + extra ("loss").
+ROW_KINDS = ("bound", "kl", "loss")
 
-    def rows_fn(params, x0, t, noise, *, y=None, dropout_key=None, kl_only=False, loss=False, rows_per_device=0):
+
+def make_objective(apply, process, weighting):
+    """objective(params, x0 [B,...], t [B], noise [B,...], dropout_key=None, y=None) -> (each example's training
+    objective before any importance weight, w(t) MSE + extra [B], and its MSE [B]): the one definition of the loss
+    that the train step, the samplers' probes (StepContext.objective, rows_fn(kind="loss")) and the benchmarks use.
+    apply: make_apply's network function; the process is bound to params first (a learned schedule reads its
+    parameters); w is `weighting`'s (a learned weighting's own form, weightings/uncertainty.py)."""
+
+    def objective(params, x0, t, noise, dropout_key=None, y=None):
+        bound = process.bind(params)
+        mse, extra = bound.example_losses(lambda xt, tt: apply(params, xt, tt, dropout_key, y), x0, t, noise)
+        return weighting.loss(params, t, mse) + extra, mse
+
+    return objective
+
+
+def make_rows_fn(model, process, *, weighting=None, num_shards: int = 1, constrain=rows.same):
+    """rows_fn(params, x0 [R,...], t [R], noise [R,...], *, kind="bound", y=None, dropout_key=None,
+    rows_per_device=0) -> [R] of independent rows (y [R]: their labels for a class-conditional model): bits/dim of
+    the bound's term of `kind` (ROW_KINDS), or with kind="loss" each row's training objective (make_objective, with
+    `weighting`), spread over `num_shards` devices (constrain(x, axis) shards x over the data axis) in chunks of at
+    most rows_per_device rows per device (training/rows.py); chunk i runs with dropout key fold_in(dropout_key, i).
+    The network runs in float32 whatever config.model.dtype says: the bound terms, and the learned sampler's reward
+    (a small difference of two such terms), would be biased by bfloat16 rounding. The parameters are the same."""
+    apply = make_apply(model.clone(dtype=jnp.float32))
+    objective = make_objective(apply, process, weighting)
+
+    def rows_fn(params, x0, t, noise, *, kind="bound", y=None, dropout_key=None, rows_per_device=0):
+        if kind not in ROW_KINDS:
+            raise ValueError(f"rows_fn: kind={kind!r} is none of {ROW_KINDS}")
+
         def chunk_terms(chunk, index):
             key = None if dropout_key is None else jax.random.fold_in(dropout_key, index)
-            yc = chunk[3] if len(chunk) > 3 else None
-            fn = lambda x, tt: apply(params, x, tt, key, yc)
-            bound = process.bind(params)
-            if loss:
-                mse, extra = bound.example_losses(fn, *chunk[:3])
-                return weighting.loss(params, chunk[1], mse) + extra
-            return bound.row_terms(fn, *chunk[:3], kl_only=kl_only)
+            x, tt, n, yc = (*chunk, None)[:4]
+            if kind == "loss":
+                return objective(params, x, tt, n, key, yc)[0]
+            fn = lambda xt, s: apply(params, xt, s, key, yc)
+            return process.bind(params).row_terms(fn, x, tt, n, kind=kind)
 
         data = (x0, t, noise) if y is None else (x0, t, noise, y)
         return rows.map_rows(chunk_terms, data, num_shards, rows_per_device, constrain)
@@ -81,33 +105,23 @@ def make_rows_fn(model, process, num_shards: int = 1, constrain=rows.same, weigh
     return rows_fn
 
 
-def make_train_step(
-    config, model, process, sampler, weighting, tx, num_shards: int = 1, constrain=rows.same, periodic=None
-):
-    """The pure step for the config's train and diagnostics sections and the given parts; num_shards and
-    constrain(x, axis) describe the data axis (setup.build) for the rows the sampler probes. periodic: None for a
-    step that decides on the device whether to do the sampler's periodic update; True / False for a step compiled
-    for one kind (Sampler.period)."""
+def make_train_step(setup, periodic=None):
+    """The pure step of a setup (training/setup.py Setup: its config's train and diagnostics sections, its model,
+    process, sampler, weighting, optimizer and mesh, whose data axis spreads the rows the sampler probes).
+    periodic: None for a step that decides on the device whether to do the sampler's periodic update; True / False
+    for a step compiled for one kind (Sampler.period)."""
+    config, model, process, sampler = setup.config, setup.model, setup.process, setup.sampler
+    weighting = setup.weighting
     nbins = config.diagnostics.t_bins
     decay_at = ema_decay_at(config.train)
-    apply = make_apply(model)
-    rows_fn = make_rows_fn(model, process, num_shards, constrain, weighting)
+    objective = make_objective(make_apply(model), process, weighting)
+    rows_fn = make_rows_fn(
+        model, process, weighting=weighting, num_shards=setup.mesh.shape[DATA], constrain=row_constraint(setup.mesh)
+    )
     lr_at = lr_schedule(config.train)
 
-    num_classes = getattr(model, "num_classes", 0)
+    num_classes = model.num_classes
     label_rate = config.model.label_dropout if num_classes else 0.0
-
-    def example_losses(params, x0, t, noise, dropout_key, y=None):
-        """Per-example MSE of the model's target and the process's extra term (the learned variance's
-        lambda * L_vlb with the mean frozen; 0 for fixed variances): ([B], [B])."""
-        bound = process.bind(params)  # a learned noise schedule reads its parameters
-        return bound.example_losses(lambda xt, tt: apply(params, xt, tt, dropout_key, y), x0, t, noise)
-
-    def example_loss_fn(params, x0, t, noise, dropout_key, y=None):
-        """Each example's objective before any importance weight, w(t) * MSE + extra: [B] (a learned weighting's
-        own form, weightings/uncertainty.py)."""
-        mse, extra = example_losses(params, x0, t, noise, dropout_key, y)
-        return weighting.loss(params, t, mse) + extra
 
     def train_step(state: TrainState, batch):
         data, labels = split_batch(batch)
@@ -120,12 +134,11 @@ def make_train_step(
         y = drop_labels(jax.random.fold_in(key, 0xC1A55), labels, num_classes, label_rate) if num_classes else None
 
         def loss_fn(params):
-            mse, extra = example_losses(params, x0, t, noise, k_drop, y)
-            objective = weighting.loss(params, t, mse) + extra  # w(t) MSE + extra (a learned weighting's own form)
-            return jnp.mean(w_sampler * objective), (mse, objective)
+            losses, mse = objective(params, x0, t, noise, k_drop, y)
+            return jnp.mean(w_sampler * losses), (mse, losses)
 
-        (loss, (mse, objective)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        (loss, (mse, losses)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+        updates, opt_state = setup.tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         decay = decay_at(state.step)
         ema = jax.tree.map(lambda e, p: decay * e + (1.0 - decay) * p, state.ema_params, params)
@@ -137,11 +150,11 @@ def make_train_step(
             y=labels if num_classes else None,
             t=t,
             aux=aux,
-            losses=objective,
+            losses=losses,
             params_before=state.params,
             params_after=params,
             rows_fn=rows_fn,
-            example_loss_fn=example_loss_fn,
+            objective=objective,
             is_periodic=periodic,
             mse=mse,
             loss_weight=weighting(t),
