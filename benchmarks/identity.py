@@ -3,13 +3,14 @@
     git worktree add /tmp/before COMMIT
     python benchmarks/identity.py --before=/tmp/before [--after=.] [--out=/tmp/identity] [--steps=20]
 
-Each setting (SETTINGS: the quickstart's default with the learned sampler, flow matching, EDM and VP with the
-learned sampler, the default with the learned sampler's options on, its other rewards, the gradient-variance
-sampler and a class-conditional model) trains the tests' tiny model (tests/conftest.py
-TINY) for --steps steps from both checkouts, on 8 CPU devices, and compares every metrics record without its clock
+Each setting (SETTINGS: the quickstart's default with the learned sampler, flow matching, EDM and VP (its fixed and
+learned schedules) with the learned sampler, the default with the learned sampler's options on, its other rewards,
+the gradient-variance sampler and a class-conditional model) trains the tests' tiny model (tests/conftest.py TINY)
+for --steps steps from both checkouts, on 8 CPU devices, and compares every metrics record without its clock
 fields, every checkpoint array (restored by its own metadata; a learned sampler's state of the layout before
 PolicyState is matched by samplers/adaptive.py PolicyState.LEGACY_NAMES) and the sample pictures byte for byte. A
-finished run is not run again. Prints one line per setting; exits 1 if anything differs."""
+finished run is not run again (use a fresh --out after a change). Prints one line per setting; exits 1 if anything
+differs."""
 
 import argparse
 import json
@@ -26,6 +27,14 @@ SETTINGS = {
     "flow": ("flow.py", [*LEARNED, "--config.sample.method=euler"]),
     "edm": ("edm.py", [*LEARNED, "--config.sample.method=euler"]),
     "vp": ("default.py", ["--config.diffusion.name=vp"]),
+    "vp_learned": (  # VDM's learned schedule, which needs the learned sampler's importance weights
+        "default.py",
+        [
+            "--config.diffusion.name=vp",
+            "--config.diffusion.schedule=learned",
+            "--config.sampler.adaptive.importance_weights=True",
+        ],
+    ),
     "options": (
         "default.py",
         [

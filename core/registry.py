@@ -28,12 +28,19 @@ from core.fields import Choice, ConfigError, Context, FieldError, to_config
 
 NESTED, FLAT = "nested", "flat"
 
+# What a part (a sampler, a weighting) may need of the diffusion process, and a process offers (Process.offers):
+DISCRETE = "discrete"  # timesteps 0..T-1 of a chain, with its tables of steps
+CONTINUOUS = "continuous"  # t float32 in [0, 1]
+INVERTIBLE = "invertible"  # a log SNR with an inverse (t_of_logsnr, t_of_sigma)
+FIXED_SCHEDULE = "fixed_schedule"  # no parameters of its own in the model's variables
+CAPABILITIES = (DISCRETE, CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE)
+
 
 @dataclasses.dataclass(frozen=True)
 class Need:
     """What a part (a sampler, a weighting) needs of the diffusion process, checked by one generic loop before
-    anything compiles (training/validate.py check_needs): `capability` is one of the names a process offers
-    (Process.offers: "discrete", "continuous", "invertible", "fixed_schedule"). A need of the part itself has no
+    anything compiles (training/validate.py check_needs): `capability` is one of CAPABILITIES, which a process
+    offers or not (Process.offers). A need of the part itself has no
     field; one that only a setting of the part has names the field, its value and what to use instead; `why`
     replaces the process's own reason where the part knows better."""
 
@@ -42,6 +49,10 @@ class Need:
     value: object = None
     allowed: str | None = None
     why: str | None = None
+
+    def __post_init__(self):
+        if self.capability not in CAPABILITIES:
+            raise ValueError(f"Need({self.capability!r}): a capability is one of {CAPABILITIES} (core/registry.py)")
 
 
 class Registry:

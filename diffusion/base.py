@@ -32,11 +32,7 @@ class Process(abc.ABC):
     methods: tuple = ()  # the sampling methods `sample` accepts
     default_method: str = ""  # what a config switched to this process samples with (training/schema.switch_part)
 
-    # -- declared capabilities -------------------------------------------------------------------------------------
-    has_parameters = False  # parameters of its own in the model's variables (init_params, bind): VP's learned schedule
-    invertible = True  # t_of_logsnr / t_of_sigma exist (a learned schedule has none)
-    has_bound = False  # nll_bpd is a variational bound with terms (DDPM, VP)
-    exact_likelihood = False  # nll_bpd is the exact likelihood of the probability-flow ODE (flow, EDM)
+    exact_likelihood = False  # nll_bpd is the exact likelihood of the probability-flow ODE (flow, EDM), not a bound
     learned_variance = False  # the network also outputs the reverse variance (DDPM's learned_range)
 
     # -- the config side (classmethods: before anything is built) -------------------------------------------------
@@ -48,8 +44,9 @@ class Process(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def offers(cls, cfg) -> set:
-        """What samplers and weightings may need of it (core.registry.Need): its time domain ("discrete" or
-        "continuous"), "invertible" (a log SNR with an inverse), "fixed_schedule" (no parameters of its own)."""
+        """What samplers and weightings may need of it, a set of core.registry CAPABILITIES: its time domain
+        (DISCRETE or CONTINUOUS), INVERTIBLE (t_of_logsnr and t_of_sigma exist), FIXED_SCHEDULE (no parameters of its
+        own: init_params and bind leave the model's variables alone). The one statement of what it offers."""
 
     @classmethod
     def lacks(cls, capability: str, cfg) -> tuple:
@@ -68,13 +65,13 @@ class Process(abc.ABC):
 
     def t_of_logsnr(self, lam):
         """The time of log SNR lam [B] (clipped into the domain; on a chain the step of the nearest noise level):
-        [B] in the domain's dtype. Only where `invertible`."""
+        [B] in the domain's dtype. Only where it offers INVERTIBLE."""
         raise NotImplementedError(f"the process {self.name!r} has no inverse of its log SNR")
 
     def t_of_sigma(self, n):
         """The time whose noise level is n [B], in (0, 1): [B]. The level is the logit-normal sampler's variable:
         the variance-preserving sqrt(sigmoid(-log SNR)) on a VP path, a chain and EDM, t itself on a flow (SD3's
-        sampler). Only where `invertible`."""
+        sampler). Only where it offers INVERTIBLE."""
         raise NotImplementedError(f"the process {self.name!r} has no inverse of its noise level")
 
     @abc.abstractmethod
@@ -96,7 +93,7 @@ class Process(abc.ABC):
         a, s, c1, c2 = self.path_coefs(t)
         return jnp.where(jnp.isinf(snr), (c1 * s - c2 * a) ** 2 / a**2, F / snr)
 
-    # -- discrete-time tables (read only by parts that need "discrete") --------------------------------------------
+    # -- discrete-time tables (read only by parts that need DISCRETE) ----------------------------------------------
     def logsnr_np(self):
         """log SNR of every step: [T] float64."""
         raise NotImplementedError(f"the process {self.name!r} has no table of steps")
@@ -142,7 +139,8 @@ class Process(abc.ABC):
         return channels
 
     def init_params(self, key, variables):
-        """The model's variables with the process's own parameters added (has_parameters); unchanged here."""
+        """The model's variables with the process's own parameters added (where it lacks FIXED_SCHEDULE); unchanged
+        here."""
         return variables
 
     def bind(self, params):
@@ -191,8 +189,8 @@ class Process(abc.ABC):
     # -- evaluation ----------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0):
-        """(nll [B] bits/dim, terms or None, prior or None): --mode=eval's test likelihood (a bound where has_bound,
-        the ODE's exact one where exact_likelihood); clip_denoised=True for 8-bit pixels."""
+        """(nll [B] bits/dim, terms or None, prior or None): --mode=eval's test likelihood (a bound with its terms,
+        or the ODE's exact one where exact_likelihood); clip_denoised=True for 8-bit pixels."""
 
     @abc.abstractmethod
     def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
@@ -208,8 +206,7 @@ class Process(abc.ABC):
         integral over t, is cut into K strata with m = per_stratum independent draws in each: parts[b, k, j] the
         j-th draw's unbiased estimate of stratum k's share of image b's bound, so that exact + mean_j decoder +
         sum_k mean_j parts is unbiased for the bound. t_key draws the times (the same for every batch of images),
-        key the noise (each image its own). Only where the bound is a sum or an integral over t (has_bound): DDPM,
-        VP."""
+        key the noise (each image its own). Only where the bound is a sum or an integral over t: DDPM, VP."""
         raise NotImplementedError(f"the process {self.name!r} has no stratified estimate of its likelihood")
 
     def strata_protocol(self, strata: int, per_stratum: int, decoder_draws: int) -> dict:

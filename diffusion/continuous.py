@@ -32,6 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from core.registry import CONTINUOUS, DISCRETE, FIXED_SCHEDULE, INVERTIBLE
 from diffusion.base import Process
 from diffusion.gaussian import LN2, fold_timesteps, mean_flat
 from diffusion.likelihood import ode_log_likelihood, standard_normal_logp
@@ -67,12 +68,12 @@ class ContinuousProcess(Process):
     @classmethod
     def offers(cls, cfg) -> set:
         """What samplers and weightings may need of this process (core.registry.Need; training/validate.py)."""
-        return {"continuous", "invertible", "fixed_schedule"}
+        return {CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE}
 
     @classmethod
     def lacks(cls, capability: str, cfg) -> tuple:
         """(where, why) of a refusal: the process named as a config phrase, and why it lacks `capability`."""
-        if capability == "discrete":
+        if capability == DISCRETE:
             return f"the continuous-time process {cfg.name!r}", "it is defined on discrete timesteps"
         return f"the continuous-time process {cfg.name!r}", f"it offers no {capability}"
 
@@ -223,7 +224,7 @@ class ContinuousProcess(Process):
         (lambda(1) - lambda(0)) u), weight (lambda(0) - lambda(1)) / (-lambda'(t) num_cells) (the integral over t
         written over lambda); else (a learned schedule) t = u, weight 1 / num_cells. One u per cell: sum weights x
         integrand is unbiased for the diffusion loss (diffusion_loss)."""
-        if self.invertible:
+        if not self.learned_schedule:
             hi, lo = self.logsnr(jnp.asarray([0.0, 1.0], jnp.float32))
             ts = self.t_of_logsnr(hi + (lo - hi) * u)
             return ts, (hi - lo) / (-self.dlogsnr(ts) * num_cells)

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from core.fields import Choice, FieldError, Int, Num
+from core.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE
 from diffusion import sampling
 from diffusion.base import PROCESSES, Process
 from diffusion.continuous import sigma_to_logsnr_vp
@@ -52,7 +53,6 @@ VB_WEIGHT = 0.001  # lambda of L_hybrid = L_simple + lambda L_vlb: improved-diff
 class DDPM(Process):
     name = "ddpm"
     time_field = "num_timesteps"
-    has_bound = True
     FIELDS = dict(
         schedule=Choice("linear", SCHEDULES),
         num_timesteps=Int(1000, 2),
@@ -448,7 +448,7 @@ class DDPM(Process):
     @classmethod
     def offers(cls, cfg) -> set:
         """What samplers and weightings may need of this process (core.registry.Need; training/validate.py)."""
-        return {"discrete", "invertible", "fixed_schedule"}
+        return {DISCRETE, INVERTIBLE, FIXED_SCHEDULE}
 
     @classmethod
     def lacks(cls, capability: str, cfg) -> tuple:

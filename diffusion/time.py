@@ -175,7 +175,6 @@ class IntervalBins:
 class DiscreteTime:
     """t = 0..T-1, int32 (module docstring)."""
 
-    capability = "discrete"  # what the process offers (core.registry.Need)
     dtype = jnp.int32
     cell_share = 1.0
 
@@ -237,7 +236,6 @@ class DiscreteTime:
 class ContinuousTime:
     """t in [0, 1], float32, with `grid` cells (module docstring)."""
 
-    capability = "continuous"
     dtype = jnp.float32
     cells = 1
     extent = 1.0

@@ -45,6 +45,7 @@ import jax
 import jax.numpy as jnp
 
 from core.fields import Choice, FieldError, Int, Num
+from core.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE
 from diffusion.base import PROCESSES
 from diffusion.continuous import TARGETS, ContinuousProcess, bcast, sigma_to_logsnr_vp
 from diffusion.gaussian import LN2, mean_flat
@@ -85,7 +86,6 @@ class NoiseNet(nn.Module):
 @PROCESSES.register
 class VP(ContinuousProcess):
     name = "vp"
-    has_bound = True
     FIELDS = dict(
         schedule=Choice("linear", VP_SCHEDULES),
         logsnr_max=Num(13.3, note="(VDM: 13.3) log SNR at t = 0"),
@@ -106,12 +106,12 @@ class VP(ContinuousProcess):
     @classmethod
     def offers(cls, cfg) -> set:
         if cfg.schedule == "learned":  # no inverse; trained on the ELBO, whose interior gradient needs uniform t
-            return {"continuous"}
+            return {CONTINUOUS}
         return super().offers(cfg)
 
     @classmethod
     def lacks(cls, capability: str, cfg) -> tuple:
-        if cfg.schedule == "learned" and capability in ("invertible", "fixed_schedule"):
+        if cfg.schedule == "learned" and capability in (INVERTIBLE, FIXED_SCHEDULE):
             return (
                 "config.diffusion.schedule='learned'",
                 "the learned schedule has no inverse to map noise levels to times",
@@ -147,8 +147,6 @@ class VP(ContinuousProcess):
         self.schedule_name, self.lo, self.hi = schedule, float(logsnr_min), float(logsnr_max)
         self.bound_points = int(bound_points)
         self.learned_schedule = schedule == "learned"
-        self.has_parameters = self.learned_schedule
-        self.invertible = not self.learned_schedule
         self.noise_net = NoiseNet(-self.hi, -self.lo) if self.learned_schedule else None
         self.schedule_params = None
         self.a = math.atan(math.exp(-self.hi / 2))
@@ -222,7 +220,7 @@ class VP(ContinuousProcess):
     def estimate_protocol(self, num_t: int) -> str:
         return (
             f"unbiased estimate of VDM's ELBO, the diffusion loss from {num_t} stratified times "
-            f"({'in log SNR' if self.invertible else 'in t'}), prior and reconstruction exact in expectation"
+            f"({'in t' if self.learned_schedule else 'in log SNR'}), prior and reconstruction exact in expectation"
         )
 
     # -- the ELBO ------------------------------------------------------------------------------------------------
@@ -274,7 +272,7 @@ class VP(ContinuousProcess):
             decoder_draws=decoder_draws,
             bound=f"unbiased stratified estimate of VDM's continuous-time ELBO: prior KL exact, reconstruction from "
             f"{decoder_draws} draws of z_0, diffusion loss from {strata} equal cells "
-            f"({'in log SNR' if self.invertible else 'in t'}) with {per_stratum} uniform times in each (the same "
+            f"({'in t' if self.learned_schedule else 'in log SNR'}) with {per_stratum} uniform times in each (the same "
             "for every image, fresh noise per image)",
             schedule=f"{self.schedule_name}, log SNR {self.hi} -> {self.lo}",
         )

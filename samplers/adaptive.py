@@ -56,7 +56,7 @@ import optax
 from jax.scipy.special import betainc
 
 from core.fields import Bool, Choice, FieldError, Int, Ints, Num
-from core.registry import Need
+from core.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE, Need
 from diffusion.time import continuous_grid, sweep_grid  # noqa: F401 (the sweep grids, importable from here)
 from samplers.base import SAMPLERS, Sampler
 from samplers.fstat import f_statistic, top_k_highest
@@ -227,16 +227,16 @@ class AdaptiveSampler(Sampler):
     def needs(cls, cfg):
         out = super().needs(cfg)
         if cfg.sweep_grid == "geometric":  # spaced in log SNR: mapped back to times
-            out.append(Need("invertible", "sweep_grid", "geometric", "even"))
+            out.append(Need(INVERTIBLE, "sweep_grid", "geometric", "even"))
         if cfg.get("data_end", "kl") == "decoder":
             why = "the discretised decoder is the t = 0 term of a chain's bound; continuous time has no such term"
-            out.append(Need("discrete", "data_end", "decoder", "kl or exclude", why))
+            out.append(Need(DISCRETE, "data_end", "decoder", "kl or exclude", why))
         if not cfg.importance_weights:
             why = (
                 "the schedule's interior descends the bound only where t is uniform or importance-weighted (without "
                 "the weights it learns to move log SNR away from where the policy samples)"
             )
-            out.append(Need("fixed_schedule", "importance_weights", False, "True", why))
+            out.append(Need(FIXED_SCHEDULE, "importance_weights", False, "True", why))
         return out
 
     @classmethod

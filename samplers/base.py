@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.registry import NESTED, Need, Registry
+from core.registry import DISCRETE, INVERTIBLE, NESTED, Need, Registry
 from diffusion.time import cdf_of, inverse_cdf
 
 SAMPLERS = Registry("sampler", NESTED)
@@ -82,9 +82,9 @@ class Sampler:
     @classmethod
     def needs(cls, cfg) -> list:
         """What this sampler, with its own sub-config `cfg`, needs of the process: [core.registry.Need]."""
-        out = [] if cls.continuous else [Need("discrete")]
+        out = [] if cls.continuous else [Need(DISCRETE)]
         if cls.inverts:
-            out.append(Need("invertible"))
+            out.append(Need(INVERTIBLE))
         return out
 
     def __init__(self, cfg, process, batch_size: int):

@@ -17,6 +17,7 @@ import pytest
 
 from conftest import ROOT, TINY, full_and_resumed
 from core.fields import Choice, Int, override
+from core.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE
 from diffusion import PROCESSES, make_process
 from diffusion.base import Process
 from diffusion.continuous import ContinuousProcess, ODELikelihood
@@ -79,7 +80,7 @@ def test_a_process_defined_in_a_test_trains_resumes_and_evaluates(toy, tmp_path)
     validate(c)  # the parts' needs (the learned sampler, Min-SNR) against what the process offers
     p = make_process(c.diffusion)
     assert isinstance(p, Process) and isinstance(p.time, ContinuousTime) and p.time.size == 1000
-    assert p.exact_likelihood and p.invertible and not p.has_bound and not p.has_parameters
+    assert p.exact_likelihood and type(p).offers(c.diffusion) == {CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE}
     # Min-SNR-5 on v: min(SNR, 5) / (SNR + 1) = min(alpha^2, 5 sigma^2) here, at t = 1/2 (SNR 1): 1/2
     w = make_weighting(c.weighting, p)(jnp.array([0.5, 0.1]))
     np.testing.assert_allclose(w, [0.5, 5 * math.sin(0.05 * math.pi) ** 2], rtol=1e-5)
@@ -108,7 +109,7 @@ def test_a_process_missing_a_member_of_the_contract_is_refused_in_one_line():
 
         @classmethod
         def offers(cls, cfg):
-            return {"continuous"}
+            return {CONTINUOUS}
 
     with pytest.raises(ValueError) as e:
         PROCESSES.register(Half)

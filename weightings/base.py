@@ -17,7 +17,7 @@ from typing import Any, Dict
 import jax.numpy as jnp
 import numpy as np
 
-from core.registry import NESTED, Need, Registry
+from core.registry import DISCRETE, FIXED_SCHEDULE, NESTED, Need, Registry
 
 WEIGHTINGS = Registry("weighting", NESTED)
 
@@ -34,8 +34,8 @@ class Weighting:
     def needs(cls, cfg) -> list:
         """What this weighting needs of the process ([core.registry.Need]): the discrete chain unless it has a
         continuous form, and a fixed schedule (a learned one trains on the ELBO itself, unweighted)."""
-        out = [] if cls.continuous else [Need("discrete")]
-        return out + [Need("fixed_schedule", why="the loss is the ELBO itself", allowed="none")]
+        out = [] if cls.continuous else [Need(DISCRETE)]
+        return out + [Need(FIXED_SCHEDULE, why="the loss is the ELBO itself", allowed="none")]
 
     @classmethod
     def applied(cls, cfg, process):
