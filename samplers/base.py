@@ -31,7 +31,7 @@ from diffusion.time import cdf_of, inverse_cdf
 SAMPLERS = Registry("sampler", NESTED)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class StepContext:
     """What one train step hands to `Sampler.update` (all arrays are global, sharded over the data axis).
 

@@ -20,6 +20,8 @@ from weightings.min_snr import min_snr_weights
 
 T = 1000
 TS = (0, 1, 500, T - 2, T - 1)  # the ends included
+# the StepContext fields a sampler that reads only t and the losses is given nothing for
+NOTHING = dict(step=None, key=None, x0=None, aux=None, params_before=None, params_after=None, rows_fn=None)
 
 
 def alpha_bar_by_hand(name, t, n=T):
@@ -192,9 +194,7 @@ def test_loss_second_moment_history_probabilities_and_weights_by_hand():
     sh = batch_sharding(make_mesh(c.mesh))
     rng = np.random.default_rng(0)
     state = sampler.init(None, None)
-    update = jax.jit(
-        lambda s, t, losses: sampler.update(s, StepContext(None, None, None, t, None, losses, None, None, None))
-    )
+    update = jax.jit(lambda s, t, losses: sampler.update(s, StepContext(**NOTHING, t=t, losses=losses)))
     all_t, all_l = [], []
     for i in range(4):  # batches of 16 sharded over 8 devices, many repeats of each t: order matters
         t = rng.integers(0, n, 16) if i else np.array([0, 1, 2] * 5 + [1])  # t = 3 unseen after the first batch
@@ -224,7 +224,7 @@ def histogram_update(sampler):
     """update(state, t, mse, loss_weight, losses) of a histogram sampler, jitted."""
     return jax.jit(
         lambda s, t, mse, w, losses: sampler.update(
-            s, StepContext(None, None, None, t, None, losses, None, None, None, mse=mse, loss_weight=w)
+            s, StepContext(**NOTHING, t=t, losses=losses, mse=mse, loss_weight=w)
         )
     )
 
@@ -520,12 +520,23 @@ def test_grad_variance_estimate_and_table():
     )
     sampler = make_sampler(c.sampler, DDPM(make_schedule("cosine", n)), c.train.batch_size)
     # a "model" whose per-example gradient is its timestep: v_b = (t1 - t2)^2 / 2 with t1, t2 in a bin of 2 steps
-    loss_fn = lambda p, x0, t, noise, key: p["w"] * t.astype(jnp.float32)
+    objective = lambda p, x0, t, noise, key: (p["w"] * t.astype(jnp.float32),) * 2  # (objective, MSE)
     x0 = jnp.zeros((8, 2, 2, 1))
 
     @jax.jit
     def update(state, key):
-        ctx = StepContext(jnp.int32(0), key, x0, None, {}, None, {"w": jnp.float32(1.0)}, None, None, loss_fn)
+        ctx = StepContext(
+            step=jnp.int32(0),
+            key=key,
+            x0=x0,
+            t=None,
+            aux={},
+            losses=None,
+            params_before={"w": jnp.float32(1.0)},
+            params_after=None,
+            rows_fn=None,
+            objective=objective,
+        )
         return sampler.update(state, ctx)[0]
 
     state = sampler.init(None, x0)
