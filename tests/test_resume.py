@@ -2,8 +2,9 @@
 checkpoint, and N/2. antithetic, speed, lognormal and logitnormal keep no state of their own and draw from the step's
 key as uniform does (resumed here); they are left out to keep the suite within its time budget."""
 
+import io
 import os
-import subprocess
+from contextlib import redirect_stdout
 
 import chex
 import jax
@@ -58,13 +59,13 @@ def test_a_run_loading_with_worker_processes_resumes_mid_epoch_exactly(tiny, tmp
 def test_a_checkpoint_of_the_learned_samplers_dict_state_resumes(tmp_path):
     """tests/fixtures/legacy_adaptive: a 2-step run's workdir written at commit e8186ea, when the learned sampler's
     state was a dict with keys S, X, y, count (make_legacy_adaptive_checkpoint.py). Today's code restores it into
-    PolicyState, every array equal to the stored one under its old name, and the same command resumes it to step 4,
+    PolicyState, every array equal to the stored one under its old name, and main.py's code path resumes it to step 4,
     whose checkpoint has the named layout."""
     import shutil
 
     from fixtures.make_legacy_adaptive_checkpoint import OVERRIDES
 
-    from conftest import main_cmd, restore_checkpoint, tiny_flags
+    from conftest import restore_checkpoint
     from samplers.adaptive import PolicyState
     from training import checkpoint as ckpt
     from training.setup import build
@@ -85,10 +86,12 @@ def test_a_checkpoint_of_the_learned_samplers_dict_state_resumes(tmp_path):
     chex.assert_trees_all_equal(state.sampler_state.policy, stored["sampler_state"]["policy"])
     chex.assert_trees_all_equal(state.params, stored["params"])
 
-    flags = tiny_flags(**{**OVERRIDES, "train.num_steps": 4})
-    r = subprocess.run(main_cmd(f"--workdir={wd}", *flags), capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "Resuming from checkpoint step 2" in r.stdout
+    import main  # its code path in-process, as the command would run it
+
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main.run(tiny_config(**{**OVERRIDES, "train.num_steps": 4}), str(wd), "train") == 0
+    assert "Resuming from checkpoint step 2" in out.getvalue()
     step, new = restore_checkpoint(wd)
     assert step == 4 and {"probe_times", "sweep_rows"} <= set(new["sampler_state"]) and "X" not in new["sampler_state"]
     assert int(new["sampler_state"]["updates"]) == 2  # the policy updated at steps 0 and 2
