@@ -180,25 +180,15 @@ class EDM(ODELikelihood, ContinuousProcess):
     def from_config(cls, cfg):
         return cls(**{k: cfg[k] for k in cls.FIELDS})
 
-    def __init__(
-        self,
-        *,
-        sigma_data=0.5,
-        sigma_min=0.002,
-        sigma_max=80.0,
-        rho=7.0,
-        s_churn=0.0,
-        s_min=0.0,
-        s_max=1e6,
-        s_noise=1.0,
-        time_scale=TIME_SCALE,
-        grid=1000,
-        likelihood_steps=100,
-    ):
-        super().__init__("edm", grid, time_scale=time_scale, likelihood_steps=likelihood_steps)
-        self.sigma_data, self.sigma_min, self.sigma_max = float(sigma_data), float(sigma_min), float(sigma_max)
-        self.rho = float(rho)
-        self.s_churn, self.s_min, self.s_max, self.s_noise = float(s_churn), float(s_min), float(s_max), float(s_noise)
+    def __init__(self, **fields):
+        """EDM with its FIELDS' defaults (written there once), any of them given by keyword."""
+        unknown = sorted(set(fields) - set(self.FIELDS))
+        if unknown:
+            raise TypeError(f"EDM has no field {', '.join(unknown)} (its fields: {', '.join(self.FIELDS)})")
+        f = {k: spec.default for k, spec in self.FIELDS.items()} | fields
+        super().__init__("edm", f["grid"], time_scale=f["time_scale"], likelihood_steps=f["likelihood_steps"])
+        for k in ("sigma_data", "sigma_min", "sigma_max", "rho", "s_churn", "s_min", "s_max", "s_noise"):
+            setattr(self, k, float(f[k]))
 
     # -- time and the path ---------------------------------------------------------------------------------------
     def sigma(self, t):

@@ -14,6 +14,7 @@ from scipy import stats
 
 from conftest import TINY, full_and_resumed
 from core.fields import ConfigError, override
+from diffusion import make_process
 from diffusion.edm import EDM, edm_sampler, edm_sigmas
 from diffusion.gaussian import LN2
 
@@ -383,3 +384,17 @@ def test_edm_config_refuses_an_unknown_variant_in_one_line():
     with pytest.raises(ValueError) as e:
         edm.get_config("nonsense")
     assert "is not a variant" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_edm_takes_its_defaults_from_its_fields_written_once():
+    """EDM() is the config's default EDM: every field at its FIELDS default; a keyword changes one; a name that is
+    no field is refused."""
+    from configs.edm import get_config
+
+    p, q = EDM(), make_process(get_config().diffusion)
+    for k in ("sigma_data", "sigma_min", "sigma_max", "rho", "s_churn", "s_min", "s_max", "s_noise"):
+        assert getattr(p, k) == EDM.FIELDS[k].default
+    assert (p.sigma_data, p.sigma_max, p.rho) == (q.sigma_data, q.sigma_max, q.rho) == (0.5, 80.0, 7.0)
+    assert EDM(rho=3.0).rho == 3.0 and EDM(rho=3.0).sigma_max == 80.0
+    with pytest.raises(TypeError, match="^EDM has no field sigma, tau "):
+        EDM(tau=1.0, sigma=2.0)
