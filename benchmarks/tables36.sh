@@ -67,6 +67,11 @@ python benchmarks/samplers.py --config=configs/flow.py --every=250 --out="$out/b
   --output=latents/mnist
 python benchmarks/samplers.py --config=configs/mnist_latent.py:dit --every=500 --out="$out/bench_latent36c" \
   --records=benchmarks/records/latent36c "${strata[@]}" --seeds=4,5,6,7 --runs=$confirm
+# 3b. Does the walk stop short of t = 0? The stratified variant's policy was still moving toward small t when DDPM
+# seed 2's 2,000 steps ended (Beta(0.34, 3.28)): the same seed, twice as long, beside uniform (a recommendation
+# needs a policy that does not collapse).
+ddpm --out="$out/bench_ddpm36_long" --records=benchmarks/records/ddpm36_long --set=train.num_steps=4000 \
+  --seeds=2 --runs=$strat,uniform
 # 4. The other variants' remaining pilot seeds, and the reference's own settings
 ddpm --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$variants
 flow --seeds=0,1,2 --runs=uniform,adaptive,adaptive_noise,$variants
