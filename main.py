@@ -42,9 +42,10 @@ def main(argv):
     del argv
     from contextlib import nullcontext
 
+    from config.overrides import apply_switches
+    from config.validate import ConfigError, check_fields, check_values
     from data.latents import planned_latents
     from training.platform import configure_cpu_devices
-    from training.validate import ConfigError, apply_switches, check_fields, check_values
 
     try:  # names, types and ranges first: a bad value must not be used to set up the devices
         apply_switches(FLAGS.config, SWITCHES)
@@ -73,12 +74,12 @@ def main(argv):
 def run(config, workdir, mode: str = "train") -> int:
     """What main.py does once flags are parsed and JAX is set up, callable in-process (a notebook, a test): train,
     eval or compile. Bad input is one line on stderr and exit status 2; divergence is status 1."""
+    from config.validate import ConfigError
     from core.torch_file import NotAStateDict
     from data import CorruptRecord, DatasetNotFound
     from training.checkpoint import CheckpointUnreadable, CheckpointWriteFailed, WorkdirMismatch
     from training.lock import WorkdirLocked
     from training.train import TrainingDiverged, train
-    from training.validate import ConfigError
 
     if mode in ("train", "eval") and not workdir:
         print("error: --workdir is required (where checkpoints, metrics and samples go)", file=sys.stderr)
@@ -89,7 +90,7 @@ def run(config, workdir, mode: str = "train") -> int:
 
             print(aot.compile_report(config), flush=True)
         elif mode == "eval":
-            from training.evaluate import evaluate
+            from evaluation.evaluate import evaluate
 
             r = evaluate(config, workdir)
             nll = r["nll_bpd"]
@@ -141,7 +142,7 @@ def check_config_file(argv):
     it: a bad argument would otherwise surface as a traceback inside flag parsing."""
     import importlib.util
 
-    from training.validate import ConfigError
+    from config.validate import ConfigError
 
     value = "configs/default.py"
     for i, a in enumerate(argv):
@@ -181,8 +182,8 @@ def parse_overrides(argv, config):
     --config file's, for the types."""
     import re
 
-    from core.fields import flatten
-    from training.validate import ConfigError
+    from config.fields import flatten
+    from config.validate import ConfigError
 
     fv = flags.FlagValues()
     try:
@@ -208,7 +209,7 @@ def check_command_line(argv):
     value its field's parser refuses would fail deep inside flag parsing with a traceback or two lines; each is a
     ConfigError in one line here. argv comes back with fields' earlier names rewritten (a note each) and the part
     switches taken out (main applies them to the parsed config)."""
-    from training.validate import check_overrides, part_switches, rename_overrides
+    from config.overrides import check_overrides, part_switches, rename_overrides
 
     config = check_config_file(argv)
     argv = rename_overrides(argv, config)  # fields' earlier names (sample.ddim_steps), a note
@@ -221,7 +222,7 @@ def check_command_line(argv):
 
 def check_overrides_then_run():
     """Refuse a bad command line in one line (check_command_line), then run main."""
-    from training.validate import ConfigError
+    from config.validate import ConfigError
 
     try:
         sys.argv[1:], SWITCHES[:], _ = check_command_line(sys.argv[1:])

@@ -134,10 +134,10 @@ def write_latents(folder: str, n: int):
 
 
 def source(name: str, args):
+    from config.schema import default_config
     from data import load_split
     from data.folder import FolderSource
     from data.latents import LatentSource
-    from training.schema import default_config
 
     if name == "digits":
         return load_split(default_config().data, "train")
@@ -156,9 +156,9 @@ def source(name: str, args):
 def images_per_second(src, workers: int, args) -> float:
     import jax
 
+    from config.schema import default_config
     from data.pipeline import BatchIterator
     from training.mesh import batch_sharding, make_mesh
-    from training.schema import default_config
 
     sharding = batch_sharding(make_mesh(default_config().mesh))
     it = BatchIterator(src, 0, args.batch, sharding, random_flip=True, workers=workers)
@@ -179,7 +179,7 @@ def step_flops(name: str):
     extrapolated linearly."""
     import importlib
 
-    from core.fields import override
+    from config.fields import override
     from data.latents import planned_latents
     from training import aot
     from training.setup import build

@@ -112,7 +112,7 @@ def parse_setting(sampler, setting):
     false, 1, 0 ..., as main.py's flags read it; int; float; a choice by name) and checked against its range where
     the range does not depend on the rest of the config (a bound such as T is main.py's to check). Raises
     ValueError with one line saying what is wrong."""
-    from core.fields import ConfigError, Context, nearest
+    from config.fields import ConfigError, Context, nearest
     from samplers import SAMPLERS
 
     field, _, text = setting.partition("=")
@@ -262,11 +262,11 @@ def restore_records(records, out):
 
 def check_bound_flags(args):
     """Exit with one line when --bound_strata / --bound_per_stratum are values config.eval refuses for the
-    benchmark's config (the fields' own checks and the process's, evaluation/config.py), before anything trains."""
+    benchmark's config (the fields' own checks and the process's, config/sections.py), before anything trains."""
     if not args.bound_strata:
         return
-    from core.fields import ConfigError
-    from training.validate import validate
+    from config.fields import ConfigError
+    from config.validate import validate
 
     c = load_config(args.config, args.set)
     c.eval.bound_strata, c.eval.bound_per_stratum = args.bound_strata, args.bound_per_stratum
@@ -345,7 +345,7 @@ def load_config(spec: str, sets):
     """A config file (configs/NAME.py[:ARG], as main.py's --config) with FIELD=VALUE overrides."""
     import importlib
 
-    from core.fields import override
+    from config.fields import override
 
     path, _, arg = spec.partition(":")
     name = os.path.splitext(os.path.relpath(os.path.join(ROOT, path), ROOT))[0].replace(os.sep, ".")

@@ -67,7 +67,7 @@ def parse():
 def load(name, batch, overrides, sampler):
     import ast
 
-    from core.fields import override
+    from config.fields import override
 
     name, _, arg = name.partition(":")  # a config's argument: mnist_latent:dit
     module = importlib.import_module(f"configs.{name}")

@@ -6,14 +6,14 @@ the learned timestep sampler (samplers/adaptive.py).
 About 4 minutes on 2 CPU cores; leaves samples/, timesteps.png and per_timestep_loss.png in the workdir.
 Override any field, e.g. --config.train.num_steps=500 --config.sampler.name=uniform.
 
-Every field, its default, type and range is declared by the part or section that owns it (training/schema.py lists
+Every field, its default, type and range is declared by the part or section that owns it (config/schema.py lists
 them): the dataset (data/), the model (models/), the diffusion process (diffusion/), the timestep sampler
 (samplers/, one sub-config per sampler: config.sampler.<name>.*), the loss weighting (weightings/), train
-(training/state.py), sample (training/report.py), eval (evaluation/config.py), mesh (training/mesh.py) and
+(training/state.py), sample (training/report.py), eval (config/sections.py), mesh (training/mesh.py) and
 diagnostics (training/step.py). This file only picks the parts and the values that differ from their defaults.
 """
 
-from training.schema import default_config
+from config.schema import default_config
 
 
 def get_config():

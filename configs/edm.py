@@ -13,7 +13,7 @@ antithetic, logitnormal, lognormal (ln sigma ~ N(-1.2, 1.2^2), exactly EDM's dra
 adaptive; WEIGHTING (default none, EDM's loss) one of none, uncertainty (EDM2), min_snr, p2.
 """
 
-from training.schema import default_config
+from config.schema import default_config
 
 SAMPLERS = ("uniform", "antithetic", "logitnormal", "lognormal", "infonoise", "adaptive_noise", "adaptive")
 WEIGHTINGS = ("none", "uncertainty", "min_snr", "p2")

@@ -12,7 +12,7 @@ ELBO in bits/dim), SAMPLER one with a meaning in continuous time (default adapti
 logitnormal, lognormal, adaptive.
 """
 
-from training.schema import default_config
+from config.schema import default_config
 
 PROCESSES = ("flow", "vp")
 

@@ -12,7 +12,7 @@ registered sampler (default adaptive). Numbers in latent space (the bound) are l
 decoded images.
 """
 
-from training.schema import default_config
+from config.schema import default_config
 
 MODELS = ("dit", "uvit")
 

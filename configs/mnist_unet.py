@@ -10,7 +10,7 @@ The argument is the sampler (default adaptive). FID/KID in the embedded MNIST cl
 (trained once and cached on first use).
 """
 
-from training.schema import default_config
+from config.schema import default_config
 
 
 def get_config(sampler: str = ""):

@@ -1,7 +1,7 @@
 """What the configs of published runs share: a variant argument "METHOD" mapped to (sampler, weighting), and the
 latents a run reads (config.data.name = latents; the folder written by `python -m data.encode_latents`)."""
 
-from training.schema import default_config
+from config.schema import default_config
 
 METHODS = {
     "uniform": ("uniform", "none"),

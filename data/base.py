@@ -11,8 +11,8 @@ Every dataset has the common fields below; nothing is downloaded at run time.
 
 import numpy as np
 
-from core.fields import Bool, FieldError, Int, Path
-from core.registry import FLAT, Registry
+from config.fields import Bool, FieldError, Int, Path
+from config.registry import FLAT, Registry
 
 COMMON = dict(
     data_dir=Path("", mutable=True),  # tensorflow-datasets folder for everything but the embedded digits

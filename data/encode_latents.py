@@ -181,7 +181,7 @@ def parse_value(kv: str):
 
 
 def schema_context(data_cfg):
-    from core.fields import Context
+    from config.fields import Context
 
     n = dataset_classes(data_cfg)
     return Context({"image_size": (data_cfg.image_size, "--set=image_size"), "num_classes": (n, "--dataset")})

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from core.fields import Bool, FieldError, Int, Path
+from config.fields import Bool, FieldError, Int, Path
 from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields, read_each
 
 EXTENSIONS = (".png", ".jpg", ".jpeg", ".webp", ".bmp")

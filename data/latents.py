@@ -19,7 +19,7 @@ import tempfile
 
 import numpy as np
 
-from core.fields import FieldError, Int, Path
+from config.fields import FieldError, Int, Path
 from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields
 
 META = "meta.json"

@@ -2,7 +2,7 @@
 config.diffusion.name and the named process's own fields).
 
 `Process` lists every member the train step (training/step.py), the timestep samplers (samplers/), the loss
-weightings (weightings/), the set-up and evaluation (training/setup.py, training/evaluate.py) use, with shapes and
+weightings (weightings/), the set-up and evaluation (training/setup.py, evaluation/evaluate.py) use, with shapes and
 units. A process subclasses it and is registered with `@PROCESSES.register`; registering one that leaves an abstract
 member out is refused in one line naming the members. ddpm.py implements it on the discrete chain, continuous.py
 for every Gaussian path in continuous time (vp.py, flow.py, edm.py give only their path, their prior if it is not
@@ -19,7 +19,7 @@ import inspect
 
 import jax.numpy as jnp
 
-from core.registry import FLAT, Registry
+from config.registry import FLAT, Registry
 
 
 class Process(abc.ABC):
@@ -27,7 +27,7 @@ class Process(abc.ABC):
     have defaults here, which a process overrides where it differs."""
 
     name: str = "base"  # the registered name, config.diffusion.name
-    FIELDS: dict = {}  # its own config fields (core/fields.py), flat in config.diffusion
+    FIELDS: dict = {}  # its own config fields (config/fields.py), flat in config.diffusion
     time_field: str = "grid"  # the field giving the time domain's size (T, or the grid): bounds "T" of other fields
     methods: tuple = ()  # the sampling methods `sample` accepts
     default_method: str = ""  # what a config switched to this process samples with (training/schema.switch_part)
@@ -44,7 +44,7 @@ class Process(abc.ABC):
     @classmethod
     @abc.abstractmethod
     def offers(cls, cfg) -> set:
-        """What samplers and weightings may need of it, a set of core.registry CAPABILITIES: its time domain
+        """What samplers and weightings may need of it, a set of config.registry CAPABILITIES: its time domain
         (DISCRETE or CONTINUOUS), INVERTIBLE (t_of_logsnr and t_of_sigma exist), FIXED_SCHEDULE (no parameters of its
         own: init_params and bind leave the model's variables alone). The one statement of what it offers."""
 
@@ -200,7 +200,7 @@ class Process(abc.ABC):
         self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, clip_denoised=True, max_rows=0
     ):
         """(decoder [B, d], parts [B, K, m], exact [B]): a stratified estimate of nll_bpd's bound that carries its
-        own standard error (--mode=eval with eval.bound_strata = K > 0; training/evaluate.py stratified_bound).
+        own standard error (--mode=eval with eval.bound_strata = K > 0; evaluation/evaluate.py stratified_bound).
         The bound's noise-end term is exact; its data-end term, the decoder (the chain's L_0, VDM's
         reconstruction), is a stratum of its own, d = decoder_draws draws of its noise; the rest, the sum or
         integral over t, is cut into K strata with m = per_stratum independent draws in each: parts[b, k, j] the

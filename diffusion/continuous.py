@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.registry import CONTINUOUS, DISCRETE, FIXED_SCHEDULE, INVERTIBLE
+from config.registry import CONTINUOUS, DISCRETE, FIXED_SCHEDULE, INVERTIBLE
 from diffusion.base import Process
 from diffusion.gaussian import LN2, fold_timesteps, mean_flat
 from diffusion.likelihood import ode_log_likelihood, standard_normal_logp
@@ -67,7 +67,7 @@ class ContinuousProcess(Process):
 
     @classmethod
     def offers(cls, cfg) -> set:
-        """What samplers and weightings may need of this process (core.registry.Need; training/validate.py)."""
+        """What samplers and weightings may need of this process (config.registry.Need; config/validate.py)."""
         return {CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE}
 
     @classmethod

@@ -24,8 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.fields import Choice, FieldError, Int, Num
-from core.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE
+from config.fields import Choice, FieldError, Int, Num
+from config.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE
 from diffusion import sampling
 from diffusion.base import PROCESSES, Process
 from diffusion.continuous import sigma_to_logsnr_vp
@@ -447,7 +447,7 @@ class DDPM(Process):
 
     @classmethod
     def offers(cls, cfg) -> set:
-        """What samplers and weightings may need of this process (core.registry.Need; training/validate.py)."""
+        """What samplers and weightings may need of this process (config.registry.Need; config/validate.py)."""
         return {DISCRETE, INVERTIBLE, FIXED_SCHEDULE}
 
     @classmethod

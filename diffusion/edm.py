@@ -78,7 +78,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.fields import FieldError, Int, Num
+from config.fields import FieldError, Int, Num
 from diffusion.base import PROCESSES
 from diffusion.continuous import TIME_SCALE, ContinuousProcess, ODELikelihood, bcast, sigma_to_logsnr_vp
 from diffusion.likelihood import standard_normal_logp

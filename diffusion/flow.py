@@ -24,7 +24,7 @@ uniform dequantisation), from t_min = 0; a flow model has no ELBO of its own, bu
 import jax
 import jax.numpy as jnp
 
-from core.fields import Choice, Int, Num
+from config.fields import Choice, Int, Num
 from diffusion.base import PROCESSES
 from diffusion.continuous import TIME_SCALE, ContinuousProcess, ODELikelihood
 

@@ -44,8 +44,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from core.fields import Choice, FieldError, Int, Num
-from core.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE
+from config.fields import Choice, FieldError, Int, Num
+from config.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE
 from diffusion.base import PROCESSES
 from diffusion.continuous import TARGETS, ContinuousProcess, bcast, sigma_to_logsnr_vp
 from diffusion.gaussian import LN2, mean_flat

@@ -15,8 +15,8 @@ embeds K + 1 classes, class K being the null class of classifier-free guidance; 
 unconditional.
 """
 
-from core.fields import Bool, Choice, FieldError, Num
-from core.registry import FLAT, Registry
+from config.fields import Bool, Choice, FieldError, Num
+from config.registry import FLAT, Registry
 
 DTYPES = ("float32", "bfloat16", "float16")
 

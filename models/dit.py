@@ -25,7 +25,7 @@ import flax.linen as nn
 import jax.numpy as jnp
 import numpy as np
 
-from core.fields import Choice, FieldError, Int, Num
+from config.fields import Choice, FieldError, Int, Num
 from models.base import MODELS
 
 DIT_SIZES = {"S": (384, 12, 6), "B": (768, 12, 12), "L": (1024, 24, 16), "XL": (1152, 28, 16)}

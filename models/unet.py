@@ -13,7 +13,7 @@ from typing import Sequence
 import flax.linen as nn
 import jax.numpy as jnp
 
-from core.fields import FieldError, Int, Ints, Num
+from config.fields import FieldError, Int, Ints, Num
 from models.base import MODELS
 
 

@@ -29,7 +29,7 @@ from typing import Any, Mapping
 import flax.linen as nn
 import jax.numpy as jnp
 
-from core.fields import Bool, Choice, FieldError, Int, Num
+from config.fields import Bool, Choice, FieldError, Int, Num
 from models.base import MODELS
 from models.dit import (
     PATCH_SIZES,

@@ -55,8 +55,8 @@ import numpy as np
 import optax
 from jax.scipy.special import betainc
 
-from core.fields import Bool, Choice, FieldError, Int, Ints, Num
-from core.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE, Need
+from config.fields import Bool, Choice, FieldError, Int, Ints, Num
+from config.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE, Need
 from diffusion.time import continuous_grid, sweep_grid  # noqa: F401 (the sweep grids, importable from here)
 from samplers.base import SAMPLERS, Sampler
 from samplers.fstat import f_statistic, top_k_highest

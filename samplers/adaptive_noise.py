@@ -21,7 +21,7 @@ and the warm-up (`warmup_mass`) are not taken from a public implementation (none
 continuous time (an invertible log SNR: validation refuses the learned VP schedule).
 """
 
-from core.fields import Num
+from config.fields import Num
 from samplers.base import SAMPLERS
 from samplers.histogram import HISTOGRAM_FIELDS, HistogramSampler
 

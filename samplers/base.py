@@ -1,6 +1,6 @@
 """The timestep-sampler contract and registry.
 
-A sampler is one module: a Sampler subclass with a `name`, its own config fields (`FIELDS`, see core/registry.py)
+A sampler is one module: a Sampler subclass with a `name`, its own config fields (`FIELDS`, see config/registry.py)
 and `@SAMPLERS.register`. Its constructor receives its own sub-config (config.sampler.<name>), the diffusion process
 (whose time domain, process.time, answers what the sampler asks about time: diffusion/time.py) and the global batch
 size, never the whole config.
@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.registry import DISCRETE, INVERTIBLE, NESTED, Need, Registry
+from config.registry import DISCRETE, INVERTIBLE, NESTED, Need, Registry
 from diffusion.time import cdf_of, inverse_cdf
 
 SAMPLERS = Registry("sampler", NESTED)
@@ -81,7 +81,7 @@ class Sampler:
 
     @classmethod
     def needs(cls, cfg) -> list:
-        """What this sampler, with its own sub-config `cfg`, needs of the process: [core.registry.Need]."""
+        """What this sampler, with its own sub-config `cfg`, needs of the process: [config.registry.Need]."""
         out = [] if cls.continuous else [Need(DISCRETE)]
         if cls.inverts:
             out.append(Need(INVERTIBLE))

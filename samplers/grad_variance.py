@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from core.fields import Bool, FieldError, Int, Num
+from config.fields import Bool, FieldError, Int, Num
 from samplers.base import SAMPLERS, TableSampler
 
 

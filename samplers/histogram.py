@@ -32,7 +32,7 @@ the nearest-bin fill and the warm-up mass; the running mean as an exponential av
 import jax
 import jax.numpy as jnp
 
-from core.fields import Int, Num
+from config.fields import Int, Num
 from diffusion.time import continuous_edges, logsnr_range  # noqa: F401 (the bins' edges, importable from here)
 from samplers.base import TableSampler
 

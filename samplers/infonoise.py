@@ -41,7 +41,7 @@ The analytic check: on Gaussian data of variance v the optimal denoiser's x0-MSE
 import jax.numpy as jnp
 import numpy as np
 
-from core.fields import Choice, Num
+from config.fields import Choice, Num
 from samplers.base import SAMPLERS
 from samplers.histogram import HISTOGRAM_FIELDS, HistogramSampler
 

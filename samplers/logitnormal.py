@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.fields import Choice, Int, Num
+from config.fields import Choice, Int, Num
 from samplers.base import SAMPLERS, FixedTableSampler
 
 SHIFT_RULES = ("fixed", "sd3", "flux")

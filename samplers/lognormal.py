@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from scipy.special import ndtr
 
-from core.fields import Num
+from config.fields import Num
 from samplers.base import SAMPLERS, FixedTableSampler
 
 

@@ -15,7 +15,7 @@ checkpointed.
 import jax
 import jax.numpy as jnp
 
-from core.fields import Int, Num
+from config.fields import Int, Num
 from samplers.base import SAMPLERS, TableSampler
 
 

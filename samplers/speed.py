@@ -17,7 +17,7 @@ Choices written down:
 import jax.numpy as jnp
 import numpy as np
 
-from core.fields import Int, Num
+from config.fields import Int, Num
 from samplers.base import SAMPLERS, FixedTableSampler, inverse_cdf
 
 

@@ -60,8 +60,8 @@ TINY = {
 
 def tiny_config(**overrides):
     """tiny config; overrides such as {"train.num_steps": 4}."""
+    from config.fields import override
     from configs.default import get_config
-    from core.fields import override
 
     return override(get_config(), {**TINY, **overrides})
 

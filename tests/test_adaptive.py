@@ -9,6 +9,7 @@ import optax
 import pytest
 from scipy import stats
 
+from config.validate import ConfigError, validate
 from conftest import tiny_config
 from data import load_split
 from diffusion import make_process
@@ -17,7 +18,6 @@ from samplers import StepContext, make_sampler
 from samplers.fstat import f_statistic, select_k_best
 from samplers.policy import BetaPolicy, beta_entropy, beta_log_prob, u_to_t
 from training.step import make_rows_fn, to_float
-from training.validate import ConfigError, validate
 
 
 def digits(n):
@@ -287,7 +287,7 @@ def test_buffer_wraps_around_and_zero_rows_and_early_rows_select_nothing():
 
 
 def override_adaptive(c, **fields):
-    from core.fields import override
+    from config.fields import override
 
     c = c.copy_and_resolve_references()
     return override(c, {f"sampler.adaptive.{k}": v for k, v in fields.items()}).sampler

@@ -12,10 +12,10 @@ from scipy import integrate
 from scipy import stats as st
 from test_adaptive import _adaptive, digits, fake_update
 
+from config.validate import ConfigError, validate
 from conftest import tiny_config
 from diffusion.time import ContinuousTime, DiscreteTime
 from samplers.policy import beta_entropy, beta_kl
-from training.validate import ConfigError, validate
 
 
 def per_image_rows(values):
@@ -147,8 +147,8 @@ def test_decoder_data_end_probes_the_bounds_own_t0_term():
     np.testing.assert_allclose(np.asarray(vb[2:]), np.asarray(kl[2:]), rtol=1e-6)
     assert np.all(np.abs(np.asarray(vb[:2] - kl[:2])) > 1e-3)
     # no chain, no decoder: refused in one line in continuous time
+    from config.fields import override
     from configs.flow import get_config
-    from core.fields import override
 
     flow = override(get_config(), {"sampler.name": "adaptive", "sampler.adaptive.data_end": "decoder"})
     with pytest.raises(ConfigError, match=re.escape("config.sampler.adaptive.data_end='decoder' is not allowed with")):

@@ -10,11 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from config.validate import ConfigError, validate
 from conftest import tiny_config
 from diffusion import DDPM, make_process, make_schedule
 from samplers import StepContext, make_sampler
 from samplers.speed import dual
-from training.validate import ConfigError, validate
 from weightings import make_weighting
 from weightings.min_snr import min_snr_weights
 
@@ -271,8 +271,8 @@ def test_adaptive_noise_histogram_density_and_weights_by_hand():
 
 
 def flow_config(arg="", **over):
+    from config.fields import override
     from configs.flow import get_config
-    from core.fields import override
 
     c = override(get_config(arg), over)
     validate(c)

@@ -6,12 +6,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from core.fields import ConfigError
+from config.fields import ConfigError
+from config.validate import validate
 from data import BatchIterator, digits_arrays, load_split, mnist_arrays
-from training.evaluate import bound_fn
-from training.setup import build, generate, guided_apply, initial_state, sample_labels, sampling_fn
+from evaluation.evaluate import bound_fn
+from evaluation.generate import generate, guided_apply, sample_labels, sampling_fn
+from training.setup import build, initial_state
 from training.step import drop_labels, make_apply
-from training.validate import validate
 
 COND = {"model.class_cond": True, "model.label_dropout": 0.2}
 

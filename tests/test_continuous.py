@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from config.fields import ConfigError, override
 from conftest import TINY, full_and_resumed
-from core.fields import ConfigError, override
 from diffusion import likelihood
 from diffusion.flow import Flow
 from diffusion.gaussian import LN2
@@ -140,14 +140,14 @@ def test_vdm_diffusion_loss_of_the_optimal_network_on_gaussian_data():
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])
 def test_vdm_stratified_elbo_with_its_standard_error_on_gaussian_data(schedule):
-    """eval.bound_strata on VP (nll_bpd_strata, the summary of training/evaluate.py): x0 ~ N(0, s^2 I) with the
+    """eval.bound_strata on VP (nll_bpd_strata, the summary of evaluation/evaluate.py): x0 ~ N(0, s^2 I) with the
     optimal eps-prediction, E_eps|eps - eps_hat|^2 = (u^2 s^4 + u x^2) / (1 + u s^2)^2 per dimension at SNR u, so
     the diffusion loss given x0, 1/2 int ... du / u, is 1/2 [log(1 + s^2 u) + (1 - x^2 / s^2) / (1 + s^2 u)] from
     u = e^-5 to e^13.3. Over 40 draws of 8 cells x 4 times the diffusion strata's mean equals it to within 3
     reported standard errors of that mean, and the reported standard error is their spread to within 1.5x; the
     prior is the exact term; the reconstruction is left out (not in the closed form: Gaussian x0 is off the
     decoder's 256 values)."""
-    from training.evaluate import strata_summary
+    from evaluation.evaluate import strata_summary
 
     s = 0.5
     x0 = s * jax.random.normal(jax.random.PRNGKey(1), (64, 4, 4, 1))
@@ -237,8 +237,8 @@ def test_vp_sampling_from_the_eps_prediction_reaches_the_gaussian_data(method):
 
 
 def make(name, process, **fields):
+    from config.schema import default_config
     from samplers import make_sampler
-    from training.schema import default_config
 
     c = default_config(sampler=name).sampler
     for k, v in fields.items():
@@ -294,7 +294,7 @@ def _trunc(x, m, s):
 
 
 def test_weightings_on_log_snr_at_hand_points():
-    from training.schema import default_config
+    from config.schema import default_config
     from weightings import make_weighting
 
     def w(name, process, t, **fields):
@@ -373,7 +373,7 @@ def flow_config(arg="", **overrides):
     ],
 )
 def test_validation_refuses_what_has_no_meaning_in_continuous_time(overrides, message):
-    from training.validate import check_values
+    from config.validate import check_values
 
     arg = "vp" if any(k.startswith("diffusion.") for k in overrides) else ""
     with pytest.raises(ConfigError) as e:
@@ -385,9 +385,9 @@ def test_a_new_samplers_needs_are_checked_by_what_it_declares():
     """A sampler defined here that needs no inverse is allowed with VDM's learned schedule (no list of names to
     edit); one that inverts the schedule is refused in one line, the allowed samplers computed from the declared
     needs."""
+    from config.validate import check_values
     from samplers import SAMPLERS
     from samplers.uniform import UniformSampler
-    from training.validate import check_values
 
     class PlainSampler(UniformSampler):
         name = "test_plain"
@@ -511,8 +511,8 @@ def test_learned_schedule_trains_with_the_model():
 
 
 def test_cifar10_flow_variants_validate():
+    from config.validate import check_values
     from configs import cifar10_flow
-    from training.validate import check_values
 
     for variant in ("uniform", "logitnormal", "adaptive"):
         c = cifar10_flow.get_config(variant)

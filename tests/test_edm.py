@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from config.fields import ConfigError, override
 from conftest import TINY, full_and_resumed
-from core.fields import ConfigError, override
 from diffusion import make_process
 from diffusion.edm import EDM, edm_sampler, edm_sigmas
 from diffusion.gaussian import LN2
@@ -59,7 +59,7 @@ def test_preconditioning_coefficients_and_loss_weight_at_hand_sigmas():
     np.testing.assert_array_equal(extra, 0.0)
     np.testing.assert_allclose(p.denoise(net, x.reshape(3, 1, 1, 1), sig)[:, 0, 0, 0], D, rtol=1e-5)
     # weighting "none" is 1: the loss weight is EDM's lambda
-    from training.schema import default_config
+    from config.schema import default_config
     from weightings import make_weighting
 
     np.testing.assert_array_equal(make_weighting(default_config().weighting, p)(t), 1.0)
@@ -190,8 +190,8 @@ def test_sampling_with_the_network_reaches_the_gaussian_data(method):
 
 
 def make_sampler(name, process, **fields):
+    from config.schema import default_config
     from samplers import make_sampler
-    from training.schema import default_config
 
     c = default_config(sampler=name).sampler
     for k, v in fields.items():
@@ -244,7 +244,7 @@ def test_uniform_logitnormal_learned_and_histogram_samplers_run_on_edm():
 
 def test_uncertainty_weighting_sees_edm2s_c_noise():
     """EDM2's uncertainty: Fourier features of ln(sigma) / 4 (= -log SNR / 8), loss mse / exp(u) + u."""
-    from training.schema import default_config
+    from config.schema import default_config
     from weightings import make_weighting
 
     p = EDM()
@@ -308,8 +308,9 @@ def edm_config(arg="", **overrides):
 
 
 def test_three_steps_with_the_learned_sampler_then_its_likelihood_and_samples():
-    from training.evaluate import bound_bpd
-    from training.setup import build, initial_state, sampling_fn
+    from evaluation.evaluate import bound_bpd
+    from evaluation.generate import sampling_fn
+    from training.setup import build, initial_state
 
     c = edm_config()
     setup = build(c)
@@ -352,7 +353,7 @@ def test_edm_resume_with_the_learned_sampler_is_exact(tmp_path):
 
 @pytest.mark.parametrize("variant", ["", "lognormal", "uniform,uncertainty", "infonoise", "adaptive_noise"])
 def test_edm_config_variants_validate(variant):
-    from training.validate import check_values
+    from config.validate import check_values
 
     c = edm_config(variant)
     check_values(c)
@@ -371,7 +372,7 @@ def test_edm_config_variants_validate(variant):
     ],
 )
 def test_validation_refusals_are_one_line(overrides, message):
-    from training.validate import check_values
+    from config.validate import check_values
 
     with pytest.raises(ConfigError) as e:
         check_values(edm_config(**overrides))

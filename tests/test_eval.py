@@ -79,7 +79,7 @@ def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finishe
 
 def test_the_bound_is_the_mean_of_per_image_bounds_in_any_batching():
     from data import load_split
-    from training.evaluate import bound_bpd
+    from evaluation.evaluate import bound_bpd
     from training.setup import build, initial_state
     from training.step import make_apply, to_float
 
@@ -108,7 +108,7 @@ def test_the_stratified_bound_is_unbiased_and_its_standard_error_is_its_spread()
     sum_t var(Lbar_t) (Lbar_t: the mean over the images of L_t), is estimated from their per-timestep differences,
     sum_t (Lbar_t - Lbar'_t)^2 / 2, 1,000 independent terms."""
     from data import load_split
-    from training.evaluate import eval_bound, stratified_bound
+    from evaluation.evaluate import eval_bound, stratified_bound
     from training.setup import build, initial_state
     from training.step import make_apply, to_float
 
@@ -149,9 +149,10 @@ def test_eval_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path):
 
 def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_path):
     from data import load_split
+    from evaluation.evaluate import PeriodicEval, bound_bpd
     from evaluation.features import make_feature_space
-    from training.evaluate import PeriodicEval, bound_bpd
-    from training.setup import build, generate
+    from evaluation.generate import generate
+    from training.setup import build
 
     wd = tmp_path / "periodic"
     r = run_main(wd, *[f"--config.{k}={v}" for k, v in PERIODIC.items()])

@@ -214,7 +214,7 @@ def test_an_undecodable_image_in_a_folder_is_one_line_naming_the_record(tmp_path
     write_images(str(tmp_path / "images"), 16, bad=11)
     config = tmp_path / "folder_config.py"
     config.write_text(
-        "from training.schema import default_config\n\n\ndef get_config():\n    return default_config(data='folder')\n"
+        "from config.schema import default_config\n\n\ndef get_config():\n    return default_config(data='folder')\n"
     )
     over = {"data.train_dir": tmp_path / "images", "data.image_size": 8, "data.channels": 1, "data.random_flip": False}
     flags = [*tiny_flags(**{"train.num_steps": 2}), *(f"--config.{k}={v}" for k, v in over.items())]
@@ -262,8 +262,8 @@ def test_a_latent_config_compiles_before_its_latents_exist(capsys):
     """The embedded MNIST latent config with a transformer of one block: compiled for the latents it describes,
     saying what it assumed; nothing is written where the latents would go."""
     import main
+    from config.fields import override
     from configs import mnist_latent
-    from core.fields import override
 
     missing = f"/nonexistent/latents_{uuid.uuid4().hex}"
     c = override(

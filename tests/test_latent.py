@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from config.fields import override
 from configs import mnist_latent
-from core.fields import override
 from data import embedded_autoencoder as embedded
 from data import mnist_arrays
 from data.encode_latents import encode_dataset
@@ -131,8 +131,8 @@ def latent_config(out, ae_dir, steps):
 
 
 def test_a_latent_transformer_trains_resumes_exactly_samples_and_decodes(encoded, tmp_path):
+    from evaluation.evaluate import restore_latest
     from main import run
-    from training.evaluate import restore_latest
     from training.setup import build
 
     root, ae_dir, out, _ = encoded
@@ -158,8 +158,8 @@ def test_a_latent_transformer_trains_resumes_exactly_samples_and_decodes(encoded
 
 
 def test_latents_that_do_not_exist_are_one_line_naming_the_field(tmp_path):
-    from core.fields import ConfigError
-    from training.validate import validate
+    from config.fields import ConfigError
+    from config.validate import validate
 
     c = latent_config(str(tmp_path / "nothing"), "", 3)
     with pytest.raises(ConfigError) as e:

@@ -6,26 +6,40 @@ import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-# low to high; a package imports only packages of lower layers
+# low to high; a unit imports only units of lower layers (or stays within itself). A unit is a package, or one
+# module of a package whose modules sit on several layers: the config package's field types and registries are what
+# every part declares its fields with, while its schema composes the parts' registries; evaluation's metrics are
+# below the config (which checks the files they read), its driver and generation above the run they evaluate; the
+# training loop runs the periodic evaluation.
 LAYERS = [
-    ("core",),  # field specs, registries, the PyTorch-file reader
+    ("core", "config.fields", "config.registry"),  # field types, registries, app.run, the PyTorch-file reader
     ("diffusion", "models", "latent"),  # processes, networks, autoencoders: arrays in, arrays out
     ("samplers", "weightings", "data"),  # parts that ask a process; datasets (and the first stage they train)
-    ("evaluation",),
-    ("training",),
+    ("evaluation",),  # FID/KID, feature spaces, classifiers, reference statistics
+    ("config",),  # the sections' fields, the schema composed from the parts, overrides, validation
+    ("training",),  # the set-up, state, step, mesh, checkpoints, compile report, reports
+    ("evaluation.evaluate", "evaluation.generate"),  # --mode=eval, the periodic evaluation, samples
+    ("training.train",),  # the loop
     ("configs", "benchmarks"),
 ]
-LEVEL = {pkg: i for i, layer in enumerate(LAYERS) for pkg in layer}
+LEVEL = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
+
+
+def unit(module: str) -> str:
+    """The layer unit of a dotted module name: 'config.fields' for config.fields.X, 'config' for config.schema."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if ".".join(parts[:2]) in LEVEL else parts[0]
 
 
 def imports_of(path):
-    """The top-level project packages a file imports (absolute imports, at any depth of the file)."""
+    """The project units a file imports (absolute imports, at any depth of the file)."""
     out = set()
     for node in ast.walk(ast.parse(open(path).read())):
         if isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            out.add(node.module.split(".")[0])
+            out.add(unit(node.module))
+            out.update(unit(f"{node.module}.{a.name}") for a in node.names)  # from config import fields
         elif isinstance(node, ast.Import):
-            out.update(a.name.split(".")[0] for a in node.names)
+            out.update(unit(a.name) for a in node.names)
     return out & set(LEVEL)
 
 
@@ -34,14 +48,25 @@ def test_every_package_is_in_a_layer():
     assert packages - {"tests"} <= set(LEVEL), packages - set(LEVEL)
 
 
+def test_units_of_a_split_package():
+    assert unit("config.fields") == unit("config.fields.Int") == "config.fields"
+    assert unit("config.schema") == unit("config") == "config"
+    assert unit("training.setup") == "training" and unit("training.train.Loop") == "training.train"
+
+
 def test_imports_point_down():
     upward = []
-    for pkg, level in LEVEL.items():
-        for d, _, files in os.walk(os.path.join(ROOT, pkg)):
-            for f in files:
-                if f.endswith(".py"):
-                    path = os.path.join(d, f)
-                    for other in imports_of(path):
-                        if other != pkg and LEVEL[other] >= level:
-                            upward.append(f"{os.path.relpath(path, ROOT)} imports {other}")
+    for d, subdirs, files in os.walk(ROOT):
+        if d == ROOT:
+            subdirs[:] = [s for s in subdirs if s in LEVEL]
+            continue
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(d, f)
+                name = os.path.relpath(path, ROOT)[: -len(".py")].replace(os.sep, ".").removesuffix(".__init__")
+                own = unit(name)
+                for other in imports_of(path):
+                    within = other.split(".")[0] == own.split(".")[0] and LEVEL[other] == LEVEL[own]
+                    if other != own and LEVEL[other] >= LEVEL[own] and not within:
+                        upward.append(f"{os.path.relpath(path, ROOT)} imports {other}")
     assert not upward, upward

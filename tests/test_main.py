@@ -7,8 +7,8 @@ import re
 import numpy as np
 import pytest
 
+from config.validate import ConfigError, check_workdir, validate
 from conftest import run_main, tiny_config
-from training.validate import ConfigError, check_workdir, validate
 
 
 def test_end_to_end_run_leaves_what_a_user_expects(finished_run):
@@ -180,7 +180,7 @@ def test_compile_phase_is_named_before_the_progress_bar(finished_run):
 def test_old_name_ddim_steps_is_accepted_with_a_note(capsys):
     """sample.ddim_steps (and eval.fid / eval.periodic's) is now `steps`: an old config, override dict or command
     line still works, with one note per use."""
-    from training.validate import check_overrides, rename_overrides
+    from config.overrides import check_overrides, rename_overrides
 
     c = tiny_config(**{"sample.ddim_steps": 7, "eval.periodic.ddim_steps": 3})
     validate(c)
@@ -223,9 +223,10 @@ def test_switching_a_flat_section_from_the_command_line_recomposes_it():
     result validates and trains a step."""
     import jax
 
+    from config.overrides import apply_switches, part_switches
+    from config.validate import check_fields, check_values
     from configs.default import get_config
     from training.setup import build, initial_state
-    from training.validate import apply_switches, check_fields, check_values, part_switches
 
     argv = [
         "--config.model.name=dit",
@@ -266,8 +267,8 @@ def test_switching_a_flat_section_from_the_command_line_recomposes_it():
 
 
 def test_a_field_the_new_part_lacks_is_one_line():
+    from config.overrides import apply_switches, part_switches
     from configs.default import get_config
-    from training.validate import apply_switches, part_switches
 
     switches = part_switches(["--config.model.name=dit", "--config.model.ch_mult=(1,2)"], get_config())
     with pytest.raises(ConfigError) as e:
@@ -284,8 +285,8 @@ def fuzzed_command_lines(n: int, seed: int = 0):
     values that are every type's edge (huge, NaN, empty, unbalanced brackets, quotes, another flag)."""
     import random
 
+    from config.fields import flatten
     from configs.default import get_config
-    from core.fields import flatten
 
     rng = random.Random(seed)
     fields = sorted(flatten(get_config()))
@@ -339,7 +340,8 @@ def test_fuzzed_command_lines_give_a_config_or_one_line(capsys):
     config or a ConfigError in one line; nothing else escapes (on main, a traceback from ml_collections' flag
     definition, e.g. for --config.=3, or for a switch's field such as --config.model.depth without --config)."""
     import main
-    from training.validate import apply_switches, check_fields, check_values
+    from config.overrides import apply_switches
+    from config.validate import check_fields, check_values
 
     bad, refused = [], 0
     for argv in fuzzed_command_lines(400):

@@ -13,8 +13,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from config.fields import FieldError, Int, Num
 from conftest import restore_checkpoint, tiny_config
-from core.fields import FieldError, Int, Num
 from models import MODELS
 from samplers import SAMPLERS, Sampler, StepContext
 
@@ -142,9 +142,9 @@ def test_registering_a_clashing_or_nameless_part_is_refused(toy):
 
 
 def test_fields_come_from_the_specs_and_mutable_fields_do_not_define_a_run():
-    from training import schema
+    from config import schema
+    from config.validate import check_fields
     from training.checkpoint import run_identity
-    from training.validate import check_fields
 
     c = tiny_config()
     fields = schema.active_fields(c)

@@ -15,9 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from config.fields import Choice, Int, override
+from config.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE
 from conftest import ROOT, TINY, full_and_resumed
-from core.fields import Choice, Int, override
-from core.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE
 from diffusion import PROCESSES, make_process
 from diffusion.base import Process
 from diffusion.continuous import ContinuousProcess, ODELikelihood
@@ -62,7 +62,7 @@ def toy():
 
 
 def toy_config(**overrides):
-    from training.schema import default_config
+    from config.schema import default_config
 
     c = default_config(data="digits", model="unet", diffusion="toy_cosine", sampler="adaptive", weighting="min_snr")
     tiny = {k: v for k, v in TINY.items() if not k.startswith("sample.")}
@@ -71,9 +71,9 @@ def toy_config(**overrides):
 
 
 def test_a_process_defined_in_a_test_trains_resumes_and_evaluates(toy, tmp_path):
-    from training.evaluate import bound_bpd
-    from training.setup import sampling_fn
-    from training.validate import validate
+    from config.validate import validate
+    from evaluation.evaluate import bound_bpd
+    from evaluation.generate import sampling_fn
     from weightings import make_weighting
 
     c = toy_config()

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from core.fields import FieldError
+from config.fields import FieldError
 from models import MODELS, DiT, UViT, make_model
 from models.dit import dit_params_from_torch, sincos_pos_embed_2d, timestep_embedding
 from models.uvit import uvit_params_from_torch

@@ -2,8 +2,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
+from config.fields import FieldError
 from configs import cifar10
-from core.fields import FieldError
 from models import UNet, check_image_size, make_model
 
 

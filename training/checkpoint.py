@@ -1,7 +1,7 @@
 """Orbax checkpoints of the whole train state, and the guard against mixing runs in one workdir.
 
 The workdir keeps `run_config.json`: the fields that define a run, i.e. every field its spec does not mark mutable
-(training/schema.py: data, model, diffusion, seed, and the named sampler's and weighting's own fields).
+(config/schema.py: data, model, diffusion, seed, and the named sampler's and weighting's own fields).
 A later run in the same workdir may change anything else (steps, learning rate, logging, mesh), but a run that
 differs in a defining field stops with the list of differences instead of restoring checkpoints it cannot use.
 A field added to the project after a workdir was written is absent from its run_config.json and taken to have had
@@ -25,8 +25,8 @@ import orbax.checkpoint as ocp
 from absl import logging
 from etils import epath
 
-from core.fields import flatten, get
-from training import schema
+from config import schema
+from config.fields import flatten, get
 
 
 class WorkdirMismatch(RuntimeError):

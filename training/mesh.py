@@ -4,22 +4,7 @@ import jax
 from jax.sharding import AxisType, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from core.fields import Bool, Int, all_mutable
-
 DATA = "data"
-
-MESH_FIELDS = all_mutable(
-    dict(
-        data=Int(-1, 1, extra=(-1,)),  # devices on the data axis; -1: all
-        # Shard parameters, optimizer moments and EMA over the data axis (FSDP-style) instead of replicating them: for
-        # models whose state does not fit a device several times over. Same results, more communication.
-        shard_params=Bool(False),
-        # On a CPU-only host main.py splits the CPU into this many XLA devices before JAX starts (-1: one per core, the
-        # largest count that divides the batch): XLA runs these small convolutions on one thread per device, so
-        # data parallelism over per-core devices is what uses every core. Ignored when XLA_FLAGS sets the count.
-        cpu_devices=Int(-1, 1, extra=(-1,)),
-    )
-)
 
 
 def data_axis_size(mesh_cfg) -> int:

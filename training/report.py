@@ -5,26 +5,9 @@ import os
 
 import numpy as np
 
-from core.fields import Choice, Int, Num, all_mutable
-from diffusion.sampling import ALL_METHODS
-
 POLICY_DENSITY = "sampler/policy_density"
 # arrays of metrics.jsonl shown as TensorBoard histograms over normalised t
 HISTOGRAMS = {"t_hist": "timesteps/drawn", POLICY_DENSITY: "timesteps/policy_density"}
-
-# The sample grid written at the end of training (EMA parameters).
-SAMPLE_FIELDS = all_mutable(
-    dict(
-        num=Int(64, 1),
-        # DDPM: ancestral (all T steps) | ddim; continuous time (vp, flow): ancestral | euler | heun
-        method=Choice("ancestral", ALL_METHODS),
-        # sampler steps of every method but the DDPM chain's ancestral one (which runs all T): ddim, and euler, heun
-        # and ancestral in continuous time (heun: 2 n - 1 network evaluations); formerly ddim_steps
-        steps=Int(100, 1, "T", aliases=("ddim_steps",)),
-        # classifier-free guidance scale of a class-conditional model (1: conditional; 0: unconditional)
-        guidance_scale=Num(1.0, 0.0),
-    )
-)
 
 
 def save_grid(images_u8: np.ndarray, path: str):

@@ -1,6 +1,6 @@
 """Everything a run builds from its config before it touches a workdir: the mesh, the parts, the jitted train step,
-the abstract state and its shardings; the initial state; and the sample generator. Used by the training loop
-(train.py), --mode=eval (evaluate.py), --mode=compile (aot.py) and notebooks.
+the abstract state and its shardings; and the initial state. Used by the training loop (train.py), --mode=eval and
+generation (evaluation/evaluate.py, evaluation/generate.py), --mode=compile (aot.py) and notebooks.
 
 Functions that run more than once (sampling, the bound) are jitted once per shape and kept in `Setup.compiled`, so a
 run's periodic evaluations and FID chunks reuse one compiled program. TRACES counts how often each was traced.
@@ -15,14 +15,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from config.validate import validate
 from data import DATASETS, dataset_classes
 from diffusion import make_process
 from models import make_model
 from samplers import make_sampler
 from training.mesh import batch_sharding, make_mesh, replicated, state_shardings
 from training.state import image_shape, init_state, make_optimizer
-from training.step import make_apply, make_train_step
-from training.validate import validate
+from training.step import make_train_step
 from weightings import make_weighting
 
 TRACES: collections.Counter = collections.Counter()  # name -> times traced (a Python side effect of tracing)
@@ -180,97 +180,3 @@ def initial_state(setup: Setup):
         out_shardings=setup.state_shardings,
     )
     return init(jax.random.PRNGKey(c.seed))
-
-
-def to_u8(x):
-    """[-1, 1] -> uint8 [0, 255]."""
-    return jnp.round((x + 1.0) * 127.5).clip(0, 255).astype(jnp.uint8)
-
-
-def guided_apply(apply, process, params, y, scale: float, num_classes: int):
-    """The network function (x, t) -> output that sampling uses. Unconditional model: apply. Class-conditional,
-    classifier-free guidance (Ho & Salimans 2022) with labels y: scale 1 is the conditional network alone (one
-    pass, exactly), scale 0 the unconditional one (the null class), otherwise one pass over [x; x] with
-    [y; null] and process.guide(out_cond, out_uncond, scale) = out_uncond + scale (out_cond - out_uncond) on the
-    mean part."""
-    if not num_classes:
-        return lambda x, t: apply(params, x, t)
-    if scale == 1.0:
-        return lambda x, t: apply(params, x, t, None, y)
-    null = jnp.full_like(y, num_classes)
-    if scale == 0.0:
-        return lambda x, t: apply(params, x, t, None, null)
-
-    def pair(a, b):
-        """[B, ...] x2 -> [2B, ...] interleaved (a_0, b_0, a_1, ...): each row's pair stays on its device."""
-        return jnp.stack([a, b], axis=1).reshape((2 * a.shape[0],) + a.shape[1:])
-
-    def fn(x, t):
-        out = apply(params, pair(x, x), pair(t, t), None, pair(y, null))
-        out = out.reshape((x.shape[0], 2) + out.shape[1:])
-        return process.guide(out[:, 0], out[:, 1], scale)
-
-    return fn
-
-
-def sampling_fn(setup: Setup, method: str, steps: int, shape, guidance: float = 1.0):
-    """fn(params, key, y) -> uint8 samples of `shape` (decoded through the autoencoder for a latent model),
-    sharded over the data axis; y: [N] labels for a class-conditional model, else None. Jitted once per (method,
-    steps, shape, guidance)."""
-    steps = steps if setup.process.uses_steps(method) else 0
-    num_classes = setup.num_classes
-    guidance = float(guidance) if num_classes else 1.0
-    name = ("sample", method, steps, shape, guidance)
-
-    def make():
-        apply = make_apply(setup.model)
-        ae = setup.autoencoder  # loaded here, outside the trace; its weights are an argument, not constants
-
-        def constrain(x):
-            return jax.lax.with_sharding_constraint(x, setup.batch_sharding)
-
-        def sample_u8(params, key, y, ae_params):
-            TRACES[name] += 1
-            fn = guided_apply(apply, setup.process, params, y, guidance, num_classes)
-            process = setup.process.bind(params)
-            x = process.sample(fn, key, shape, method, steps, constrain=constrain, clip=ae is None)
-            if ae is not None:
-                x = ae.decode_fn(ae_params, x)
-            return to_u8(x)
-
-        jitted = jax.jit(sample_u8, out_shardings=setup.batch_sharding)
-        return lambda params, key, y: jitted(params, key, y, None if ae is None else ae.params)
-
-    return setup.cached(name, make)
-
-
-def sample_labels(num_classes: int, num: int, offset: int = 0):
-    """The classes of `num` samples of a class-conditional model: sample i gets class (offset + i) mod K, so grids
-    show the classes in order and every FID set is balanced; None for an unconditional model."""
-    if not num_classes:
-        return None
-    return ((np.arange(num) + offset) % num_classes).astype(np.int32)
-
-
-def generate(
-    setup: Setup, params, key, num: int, method: str = None, steps: int = None, guidance: float = None, offset: int = 0
-) -> np.ndarray:
-    """num samples from `params` as uint8 [num, H, W, C] (pixels: a latent model's samples are decoded), on every
-    process (a collective: all processes call it). The batch is sharded over the data axis (num padded up to a
-    multiple of its size). method / steps / guidance default to config.sample.method / steps /
-    guidance_scale; a class-conditional model draws class (offset + i) mod K for sample i (sample_labels)."""
-    from jax.experimental import multihost_utils
-
-    c = setup.config
-    method = method or c.sample.method
-    steps = steps or c.sample.steps
-    guidance = c.sample.guidance_scale if guidance is None else guidance
-    n_dev = setup.mesh.shape["data"]
-    padded = -(-num // n_dev) * n_dev
-    shape = setup.batch_shape(padded)
-    y = sample_labels(setup.num_classes, padded, offset)
-    if y is not None:
-        P, p = jax.process_count(), jax.process_index()
-        y = jax.make_array_from_process_local_data(setup.batch_sharding, y[p * padded // P : (p + 1) * padded // P])
-    x = sampling_fn(setup, method, steps, shape, guidance)(params, key, y)
-    return np.asarray(multihost_utils.process_allgather(x, tiled=True))[:num]

@@ -1,4 +1,4 @@
-"""The one train-state pytree, its optimizer and its sharded initialisation; the config.train fields."""
+"""The one train-state pytree, its optimizer and its sharded initialisation (config.train: config/sections.py)."""
 
 from typing import Any
 
@@ -6,33 +6,6 @@ import flax
 import jax
 import jax.numpy as jnp
 import optax
-
-from core.fields import Bool, Int, Num, all_mutable
-
-# Every train field may change when a run is resumed (a longer run, another learning rate).
-TRAIN_FIELDS = all_mutable(
-    dict(
-        num_steps=Int(2000, 0),
-        batch_size=Int(128, 1),
-        lr=Num(1e-3, 0.0),  # higher than CIFAR's 2e-4: a 280k-parameter model on 1,500 images, trained for minutes
-        warmup_steps=Int(100, 0),
-        grad_clip=Num(1.0, 0.0),  # global-norm clipping threshold; 0: none (DiT, U-ViT, LDM clip nothing)
-        b1=Num(0.9, 0.0, 1.0, hi_open=True),
-        b2=Num(0.999, 0.0, 1.0, hi_open=True),
-        ema_decay=Num(0.999, 0.0, 1.0),
-        # EMA warm-up: decay min(ema_decay, (1 + n) / (10 + n)) at the n-th update, n = 1, 2, ... (ema_decay_at)
-        ema_warmup=Bool(False),
-        log_every=Int(100, 1),
-        ckpt_every=Int(1000, 1),
-        keep_checkpoints=Int(3, 1),
-        # with several processes, steps between checks for a stop signal (SIGTERM, Ctrl-C) that every process agrees on;
-        # a stop then waits for the next multiple (a preemption notice gives tens of seconds)
-        stop_check_every=Int(10, 1),
-    )
-)
-# Decoupled weight decay (AdamW) of the published latent runs (U-ViT 0.03, LDM 0.01; DiT 0). It changes the
-# optimizer state's structure, so it defines the run (not mutable); 0 is plain Adam.
-TRAIN_FIELDS["weight_decay"] = Num(0.0, 0.0)
 
 
 @flax.struct.dataclass

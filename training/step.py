@@ -9,17 +9,10 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from core.fields import Int, all_mutable
 from samplers.base import StepContext
 from training import rows
 from training.mesh import DATA, row_constraint
 from training.state import TrainState, ema_decay_at, lr_schedule
-
-DIAGNOSTICS_FIELDS = all_mutable(
-    dict(
-        t_bins=Int(50, 1, "T"),  # bins of the timestep histogram and the per-timestep loss
-    )
-)
 
 
 def to_float(images_u8):

@@ -16,15 +16,16 @@ import jax
 import numpy as np
 from absl import logging
 
+from config.validate import check_workdir
 from data import BatchIterator, load_split
+from evaluation.evaluate import PeriodicEval
+from evaluation.generate import generate
 from training import aot, report
 from training import checkpoint as ckpt
-from training.evaluate import PeriodicEval
 from training.lock import hold
 from training.mesh import wait_for_every_process
 from training.preemption import StopRequest
-from training.setup import Setup, build, generate, initial_state
-from training.validate import check_workdir
+from training.setup import Setup, build, initial_state
 
 
 class TrainingDiverged(RuntimeError):

@@ -14,7 +14,7 @@ e.g. a flow's t = 1), where the discrete table has 1.
 import jax.numpy as jnp
 import numpy as np
 
-from core.fields import Num
+from config.fields import Num
 from weightings.base import WEIGHTINGS, Weighting, per_target, snr
 
 

@@ -10,7 +10,7 @@ objective as P2 on eps); 1 where the denominator is 0.
 
 import jax.numpy as jnp
 
-from core.fields import Num
+from config.fields import Num
 from weightings.base import WEIGHTINGS, Weighting, per_target, snr
 
 

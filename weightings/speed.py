@@ -10,7 +10,7 @@ sampler's (config.sampler.speed.tau).
 
 import numpy as np
 
-from core.fields import Int, Num
+from config.fields import Int, Num
 from weightings.base import WEIGHTINGS, Weighting
 
 

@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from core.fields import Int
+from config.fields import Int
 from weightings.base import WEIGHTINGS, Weighting
 
 LAMBDA_CLIP = 30.0

@@ -4,25 +4,20 @@
     data, model, diffusion    registries, flat: name + common fields + the named part's fields (data/, models/,
                               diffusion/)
     sampler, weighting        registries, nested: name + one sub-config per registered part (samplers/, weightings/)
-    train                     training/state.py        mesh          training/mesh.py
-    sample                    training/report.py       diagnostics   training/step.py
-    eval                      evaluation/config.py
+    train, sample, eval,      config/sections.py
+    mesh, diagnostics
 
-`default_config()` builds the defaults (configs/default.py starts from it), validation (training/validate.py), the
+`default_config()` builds the defaults (configs/default.py starts from it), validation (config/validate.py), the
 "did you mean" suggestions and the run identity (training/checkpoint.py) read the same specs.
 """
 
-from core.fields import ConfigError, Context, Int, flatten, to_config
-from core.registry import FLAT
+from config.fields import ConfigError, Context, Int, flatten, to_config
+from config.registry import FLAT
+from config.sections import DIAGNOSTICS_FIELDS, EVAL_FIELDS, MESH_FIELDS, SAMPLE_FIELDS, TRAIN_FIELDS
 from data import DATASETS, dataset_classes
 from diffusion import PROCESSES
-from evaluation.config import EVAL_FIELDS
 from models import MODELS
 from samplers import SAMPLERS
-from training.mesh import MESH_FIELDS
-from training.report import SAMPLE_FIELDS
-from training.state import TRAIN_FIELDS
-from training.step import DIAGNOSTICS_FIELDS
 from weightings import WEIGHTINGS
 
 TOP_FIELDS = dict(seed=Int(0, 0, 2**32 - 1))

@@ -25,14 +25,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from config.validate import ConfigError, check_workdir
 from data import load_split, pixel_split
 from evaluation.features import fid_unavailable_reason, make_feature_space
+from evaluation.generate import generate
 from training import checkpoint as ckpt
 from training import report
 from training.lock import holder
-from training.setup import TRACES, build, generate
+from training.setup import TRACES, build
 from training.step import make_apply, to_float
-from training.validate import ConfigError, check_workdir
 
 
 class NoCheckpoint(ConfigError):

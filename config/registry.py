@@ -5,7 +5,7 @@ A part is a class with
     FIELDS = dict(k=Num(5.0, lo=0, ...), ...)  # its own fields: defaults, types, ranges, which may change on resume
     @classmethod
     def check(cls, cfg, ctx): ...              # optional: ranges that depend on other sections (ctx["T"], ctx["B"]);
-                                               # raise core.fields.FieldError(field, value, what is allowed)
+                                               # raise config.fields.FieldError(field, value, what is allowed)
 and registers itself with `@SAMPLERS.register` (or `REGISTRY.register(Part)`). Its constructor receives its own
 sub-config plus explicit values (the process, the batch size), never the whole config.
 
@@ -24,7 +24,7 @@ from typing import Callable, Dict
 
 import ml_collections
 
-from core.fields import Choice, ConfigError, Context, FieldError, to_config
+from config.fields import Choice, ConfigError, Context, FieldError, to_config
 
 NESTED, FLAT = "nested", "flat"
 
@@ -39,7 +39,7 @@ CAPABILITIES = (DISCRETE, CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE)
 @dataclasses.dataclass(frozen=True)
 class Need:
     """What a part (a sampler, a weighting) needs of the diffusion process, checked by one generic loop before
-    anything compiles (training/validate.py check_needs): `capability` is one of CAPABILITIES, which a process
+    anything compiles (config/validate.py check_needs): `capability` is one of CAPABILITIES, which a process
     offers or not (Process.offers). A need of the part itself has no
     field; one that only a setting of the part has names the field, its value and what to use instead; `why`
     replaces the process's own reason where the part knows better."""
@@ -52,7 +52,7 @@ class Need:
 
     def __post_init__(self):
         if self.capability not in CAPABILITIES:
-            raise ValueError(f"Need({self.capability!r}): a capability is one of {CAPABILITIES} (core/registry.py)")
+            raise ValueError(f"Need({self.capability!r}): a capability is one of {CAPABILITIES} (config/registry.py)")
 
 
 class Registry:

@@ -1,13 +1,83 @@
-"""The config.eval fields (--mode=eval, FID/KID and the periodic evaluation during training) and their checks.
-Every eval field may change when a run is resumed."""
+"""The fields of the config's sections that no registry owns (train, sample, eval, mesh, diagnostics) and the eval
+section's checks. The registries' sections (data, model, diffusion, sampler, weighting) are declared by their parts
+(config/registry.py); config/schema.py composes both. Every field of these sections may change when a run is
+resumed, except train.weight_decay (it changes the optimizer state's structure).
+
+    train        the optimizer, EMA, logging and checkpoints (training/state.py, training/train.py)
+    sample       the grid written at the end of training (training/report.py)
+    mesh         the device mesh (training/mesh.py)
+    diagnostics  the timestep histogram's bins (training/step.py)
+    eval         --mode=eval, FID/KID and the periodic evaluation (evaluation/evaluate.py)
+"""
 
 import os
 
-from core.fields import Choice, ConfigError, Int, Num, Path, all_mutable
+from config.fields import Bool, Choice, ConfigError, Int, Num, Path, all_mutable
 from diffusion import PROCESSES
 from diffusion.sampling import ALL_METHODS
 from evaluation.features import check_reference_stats, classifier_dataset
 from evaluation.features import kind as fid_kind
+
+# Every train field may change when a run is resumed (a longer run, another learning rate).
+TRAIN_FIELDS = all_mutable(
+    dict(
+        num_steps=Int(2000, 0),
+        batch_size=Int(128, 1),
+        lr=Num(1e-3, 0.0),  # higher than CIFAR's 2e-4: a 280k-parameter model on 1,500 images, trained for minutes
+        warmup_steps=Int(100, 0),
+        grad_clip=Num(1.0, 0.0),  # global-norm clipping threshold; 0: none (DiT, U-ViT, LDM clip nothing)
+        b1=Num(0.9, 0.0, 1.0, hi_open=True),
+        b2=Num(0.999, 0.0, 1.0, hi_open=True),
+        ema_decay=Num(0.999, 0.0, 1.0),
+        # EMA warm-up: decay min(ema_decay, (1 + n) / (10 + n)) at the n-th update, n = 1, 2, ... (ema_decay_at)
+        ema_warmup=Bool(False),
+        log_every=Int(100, 1),
+        ckpt_every=Int(1000, 1),
+        keep_checkpoints=Int(3, 1),
+        # with several processes, steps between checks for a stop signal (SIGTERM, Ctrl-C) that every process agrees on;
+        # a stop then waits for the next multiple (a preemption notice gives tens of seconds)
+        stop_check_every=Int(10, 1),
+    )
+)
+# Decoupled weight decay (AdamW) of the published latent runs (U-ViT 0.03, LDM 0.01; DiT 0). It changes the
+# optimizer state's structure, so it defines the run (not mutable); 0 is plain Adam.
+TRAIN_FIELDS["weight_decay"] = Num(0.0, 0.0)
+
+
+# The sample grid written at the end of training (EMA parameters).
+SAMPLE_FIELDS = all_mutable(
+    dict(
+        num=Int(64, 1),
+        # DDPM: ancestral (all T steps) | ddim; continuous time (vp, flow): ancestral | euler | heun
+        method=Choice("ancestral", ALL_METHODS),
+        # sampler steps of every method but the DDPM chain's ancestral one (which runs all T): ddim, and euler, heun
+        # and ancestral in continuous time (heun: 2 n - 1 network evaluations); formerly ddim_steps
+        steps=Int(100, 1, "T", aliases=("ddim_steps",)),
+        # classifier-free guidance scale of a class-conditional model (1: conditional; 0: unconditional)
+        guidance_scale=Num(1.0, 0.0),
+    )
+)
+
+
+MESH_FIELDS = all_mutable(
+    dict(
+        data=Int(-1, 1, extra=(-1,)),  # devices on the data axis; -1: all
+        # Shard parameters, optimizer moments and EMA over the data axis (FSDP-style) instead of replicating them: for
+        # models whose state does not fit a device several times over. Same results, more communication.
+        shard_params=Bool(False),
+        # On a CPU-only host main.py splits the CPU into this many XLA devices before JAX starts (-1: one per core, the
+        # largest count that divides the batch): XLA runs these small convolutions on one thread per device, so
+        # data parallelism over per-core devices is what uses every core. Ignored when XLA_FLAGS sets the count.
+        cpu_devices=Int(-1, 1, extra=(-1,)),
+    )
+)
+
+
+DIAGNOSTICS_FIELDS = all_mutable(
+    dict(
+        t_bins=Int(50, 1, "T"),  # bins of the timestep histogram and the per-timestep loss
+    )
+)
 
 FID_FIELDS = dict(
     num_samples=Int(1000, 2),  # generated images per FID (paper tables: 50,000 on CIFAR-10)
@@ -38,7 +108,7 @@ PERIODIC_FIELDS = dict(
     steps=Int(50, 1, "T", aliases=("ddim_steps",)),  # sampler steps, as config.sample.steps
 )
 
-# --mode=eval (training/evaluate.py): the latest checkpoint's EMA parameters.
+# --mode=eval (evaluation/evaluate.py): the latest checkpoint's EMA parameters.
 EVAL_FIELDS = all_mutable(
     dict(
         nll_images=Int(-1, 1, extra=(-1,)),  # test images in the bits/dim (-1: the whole test split)
