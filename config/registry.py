@@ -33,7 +33,9 @@ DISCRETE = "discrete"  # timesteps 0..T-1 of a chain, with its tables of steps
 CONTINUOUS = "continuous"  # t float32 in [0, 1]
 INVERTIBLE = "invertible"  # a log SNR with an inverse (t_of_logsnr, t_of_sigma)
 FIXED_SCHEDULE = "fixed_schedule"  # no parameters of its own in the model's variables
-CAPABILITIES = (DISCRETE, CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE)
+SAMPLING = "sampling"  # a sampler of images (diffusion.base.Sampling): sample grids, FID
+LIKELIHOOD = "likelihood"  # a test likelihood and the bound's rows (diffusion.base.Likelihood): eval, bound rewards
+CAPABILITIES = (DISCRETE, CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE, SAMPLING, LIKELIHOOD)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -12,7 +12,7 @@
 """
 
 from config.fields import ConfigError, Context, Int, flatten, to_config
-from config.registry import FLAT
+from config.registry import FLAT, SAMPLING
 from config.sections import DIAGNOSTICS_FIELDS, EVAL_FIELDS, MESH_FIELDS, SAMPLE_FIELDS, TRAIN_FIELDS
 from data import DATASETS, dataset_classes
 from diffusion import PROCESSES
@@ -149,7 +149,7 @@ def switch_part(config, section: str, name: str) -> list:
     notes = []
     with config.unlocked() if hasattr(config, "unlocked") else _nothing():
         config[section] = new
-        if section == "diffusion":
+        if section == "diffusion" and SAMPLING in part.offers(new):
             methods = part.methods
             for path in ("sample.method", "eval.fid.method", "eval.periodic.method"):
                 head, _, last = path.rpartition(".")

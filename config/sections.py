@@ -13,6 +13,7 @@ resumed, except train.weight_decay (it changes the optimizer state's structure).
 import os
 
 from config.fields import Bool, Choice, ConfigError, Int, Num, Path, all_mutable
+from config.registry import LIKELIHOOD
 from diffusion import PROCESSES
 from diffusion.sampling import ALL_METHODS
 from evaluation.features import check_reference_stats, classifier_dataset
@@ -140,7 +141,7 @@ def check_eval(config):
     """What the bound's and the FID fields need of each other, of the process, of the dataset and of the files
     they name."""
     strata = config.eval.bound_strata
-    if strata:
+    if strata and LIKELIHOOD in PROCESSES[config.diffusion.name].offers(config.diffusion):
         problem = PROCESSES[config.diffusion.name].strata_problem(config.diffusion, strata)
         _require(
             problem is None,

@@ -18,6 +18,7 @@ import tempfile
 
 from config import schema
 from config.fields import ConfigError, flatten, get, renamed, unknown_field
+from config.registry import SAMPLING
 from config.sections import check_eval
 
 __all__ = [
@@ -92,12 +93,14 @@ def check_values(config):
 
 def check_time_domain(config):
     """The sampler and the weighting get what they need of the process (check_needs), and the sampling methods are
-    the process's."""
+    the process's (where it samples)."""
     from diffusion import PROCESSES
 
     process = PROCESSES[config.diffusion.name]
     name = config.diffusion.name
     check_needs(config)
+    if SAMPLING not in process.offers(config.diffusion):  # no samples: the methods are not read
+        return
     for path in ("sample.method", "eval.fid.method", "eval.periodic.method"):
         method = get(config, path)
         if method not in process.methods:

@@ -1,13 +1,16 @@
 """The contract of a diffusion process and the registry of processes (config.diffusion, flat layout:
 config.diffusion.name and the named process's own fields).
 
-`Process` lists every member the train step (training/step.py), the timestep samplers (samplers/), the loss
-weightings (weightings/), the set-up and evaluation (training/setup.py, evaluation/evaluate.py) use, with shapes and
-units. A process subclasses it and is registered with `@PROCESSES.register`; registering one that leaves an abstract
-member out is refused in one line naming the members. ddpm.py implements it on the discrete chain, continuous.py
-for every Gaussian path in continuous time (vp.py, flow.py, edm.py give only their path, their prior if it is not
-N(0, I), and their likelihood). docs/extending.md#a-diffusion-process says which members are required and which have
-defaults.
+`Process` is what the train step (training/step.py), the timestep samplers (samplers/), the loss weightings
+(weightings/) and the set-up (training/setup.py) use: the config side, the time domain, the path, its target and
+loss, and the prior, with shapes and units. Two mixins add what a process may opt into, each a capability
+(config/registry.py) that parts and modes ask for: `Sampling` (a sampler of images: sample grids, FID) and
+`Likelihood` (a test likelihood and the bound's rows: --mode=eval, the learned sampler's bound reward). A process
+subclasses Process (and the mixins it offers) and is registered with `@PROCESSES.register`; registering one that
+leaves an abstract member out is refused in one line naming the members. ddpm.py implements all of it on the
+discrete chain, continuous.py the path math and sampling for every Gaussian path in continuous time (vp.py, flow.py,
+edm.py give only their path, their prior if it is not N(0, I), and their likelihood). docs/extending.md shows the
+whole of a new process.
 
 Conventions: images x0, x_t, noise are float32 [B, H, W, C] (pixels in [-1, 1]); t is [B] in the process's time
 domain (`time`: int32 steps 0..T-1, or float32 in [0, 1], t = 0 data, t = 1 noise); `apply_fn(x_t, t)` runs the
@@ -15,11 +18,17 @@ network and returns its output [B, H, W, out_channels(C)]; bits/dim are per dime
 """
 
 import abc
+import functools
 import inspect
 
 import jax.numpy as jnp
 
-from config.registry import FLAT, Registry
+from config.registry import FIXED_SCHEDULE, FLAT, INVERTIBLE, LIKELIHOOD, SAMPLING, Registry
+
+
+def _overrides(cls, name: str, base) -> bool:
+    """Whether class `cls` defines `name` other than `base` does."""
+    return getattr(cls, name) is not getattr(base, name)
 
 
 class Process(abc.ABC):
@@ -28,25 +37,43 @@ class Process(abc.ABC):
 
     name: str = "base"  # the registered name, config.diffusion.name
     FIELDS: dict = {}  # its own config fields (config/fields.py), flat in config.diffusion
+    time_domain = None  # its time domain's class (diffusion/time.py: DiscreteTime or ContinuousTime): required
     time_field: str = "grid"  # the field giving the time domain's size (T, or the grid): bounds "T" of other fields
-    methods: tuple = ()  # the sampling methods `sample` accepts
-    default_method: str = ""  # what a config switched to this process samples with (training/schema.switch_part)
-
-    exact_likelihood = False  # nll_bpd is the exact likelihood of the probability-flow ODE (flow, EDM), not a bound
     learned_variance = False  # the network also outputs the reverse variance (DDPM's learned_range)
 
     # -- the config side (classmethods: before anything is built) -------------------------------------------------
     @classmethod
-    @abc.abstractmethod
     def from_config(cls, cfg) -> "Process":
-        """The process from its own config section (config.diffusion)."""
+        """The process from its own config section (config.diffusion): its constructor with every field of FIELDS
+        by keyword (override where the constructor takes something else, as DDPM's schedule)."""
+        return cls(**{k: cfg[k] for k in cls.FIELDS})
 
     @classmethod
-    @abc.abstractmethod
+    def field_values(cls, given: dict) -> dict:
+        """{field: value} of every field of FIELDS, its default (written there once) where `given` (keyword
+        arguments of a constructor) has none; a name that is not a field raises TypeError naming the fields."""
+        unknown = sorted(set(given) - set(cls.FIELDS))
+        if unknown:
+            raise TypeError(f"{cls.__name__} has no field {', '.join(unknown)} (its fields: {', '.join(cls.FIELDS)})")
+        return {k: spec.default for k, spec in cls.FIELDS.items()} | given
+
+    @classmethod
     def offers(cls, cfg) -> set:
-        """What samplers and weightings may need of it, a set of config.registry CAPABILITIES: its time domain
-        (DISCRETE or CONTINUOUS), INVERTIBLE (t_of_logsnr and t_of_sigma exist), FIXED_SCHEDULE (no parameters of its
-        own: init_params and bind leave the model's variables alone). The one statement of what it offers."""
+        """What samplers, weightings and modes may need of it, a set of config.registry CAPABILITIES, derived from
+        what the class defines: its time domain's (DISCRETE or CONTINUOUS); INVERTIBLE where it defines both
+        t_of_logsnr and t_of_sigma; FIXED_SCHEDULE where it keeps init_params and bind (no parameters of its own);
+        SAMPLING and LIKELIHOOD where it opts into the mixins. A process whose offer depends on its config (VP's
+        learned schedule) narrows this, once, here."""
+        out = {cls.time_domain.capability}
+        if _overrides(cls, "t_of_logsnr", Process) and _overrides(cls, "t_of_sigma", Process):
+            out.add(INVERTIBLE)
+        if not (_overrides(cls, "init_params", Process) or _overrides(cls, "bind", Process)):
+            out.add(FIXED_SCHEDULE)
+        if issubclass(cls, Sampling):
+            out.add(SAMPLING)
+        if issubclass(cls, Likelihood):
+            out.add(LIKELIHOOD)
+        return out
 
     @classmethod
     def lacks(cls, capability: str, cfg) -> tuple:
@@ -54,10 +81,11 @@ class Process(abc.ABC):
         return f"config.diffusion.name={cfg.name!r}", f"it offers no {capability}"
 
     # -- time ------------------------------------------------------------------------------------------------------
-    @property
-    @abc.abstractmethod
+    @functools.cached_property
     def time(self):
-        """The time domain (diffusion/time.py): DiscreteTime(T) or ContinuousTime(grid)."""
+        """The time domain (diffusion/time.py): time_domain(the value of its time_field), e.g. DiscreteTime(T) or
+        ContinuousTime(grid)."""
+        return self.time_domain(int(getattr(self, self.time_field)))
 
     @abc.abstractmethod
     def logsnr(self, t):
@@ -147,22 +175,6 @@ class Process(abc.ABC):
         """The process at the model's variables `params` (a learned schedule reads its own); itself here."""
         return self
 
-    def guide(self, out_cond, out_uncond, scale):
-        """Classifier-free guidance of network outputs: out_uncond + scale (out_cond - out_uncond); scale 1 returns
-        out_cond exactly (a Python number short-cuts; a traced one selects it)."""
-        if isinstance(scale, (int, float)) and scale == 1:
-            return out_cond
-        return jnp.where(scale == 1, out_cond, out_uncond + scale * (out_cond - out_uncond))
-
-    # -- the bound's terms (the learned sampler's "bound" reward) --------------------------------------------------
-    @abc.abstractmethod
-    def row_terms(self, apply_fn, x0, t, noise, *, kind: str = "bound"):
-        """The bound's term of independent rows (image x0[i] at t[i] with noise[i]): [R] bits/dim (on a chain one
-        step's term; in continuous time the ELBO integrand per unit of t, time.cell_share turns it into one grid
-        cell's share). kind "bound" or "kl" (training/step.py ROW_KINDS): "kl" is the Gaussian KL at every step, t =
-        0 included, where the process has a data-end term of its own (the chain's reference reward); elsewhere the
-        same as "bound"."""
-
     # -- the prior ------------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def prior_sample(self, key, shape):
@@ -172,7 +184,14 @@ class Process(abc.ABC):
     def prior_logp(self, x):
         """log density of the prior at x [B, ...]: [B] nats."""
 
-    # -- sampling -------------------------------------------------------------------------------------------------
+
+class Sampling(abc.ABC):
+    """A process that opts into sampling images (capability SAMPLING): the final sample grid, FID and KID, the
+    periodic evaluation's samples. Without it those are left out (a note) or refused (--mode=eval's FID)."""
+
+    methods: tuple = ()  # the sampling methods `sample` accepts
+    default_method: str = ""  # what a config switched to this process samples with (config/schema.switch_part)
+
     @abc.abstractmethod
     def sample(self, apply_fn, key, shape, method: str, steps: int = 0, constrain=None, clip=True):
         """Samples [shape] by `method` (one of `methods`) with `steps`; constrain(x) shards the batch; clip=True
@@ -186,7 +205,29 @@ class Process(abc.ABC):
         """Network evaluations of one sample (the protocol written next to FID)."""
         return steps
 
-    # -- evaluation ----------------------------------------------------------------------------------------------
+    def guide(self, out_cond, out_uncond, scale):
+        """Classifier-free guidance of network outputs: out_uncond + scale (out_cond - out_uncond); scale 1 returns
+        out_cond exactly (a Python number short-cuts; a traced one selects it)."""
+        if isinstance(scale, (int, float)) and scale == 1:
+            return out_cond
+        return jnp.where(scale == 1, out_cond, out_uncond + scale * (out_cond - out_uncond))
+
+
+class Likelihood(abc.ABC):
+    """A process that opts into a test likelihood (capability LIKELIHOOD): --mode=eval's bits/dim, the periodic
+    evaluation's estimate, and the bound's rows that the learned sampler's bound rewards read. diffusion/
+    continuous.py's ODELikelihood is one (the probability-flow ODE's exact likelihood)."""
+
+    exact_likelihood = False  # nll_bpd is the exact likelihood of the probability-flow ODE (flow, EDM), not a bound
+
+    @abc.abstractmethod
+    def row_terms(self, apply_fn, x0, t, noise, *, kind: str = "bound"):
+        """The bound's term of independent rows (image x0[i] at t[i] with noise[i]): [R] bits/dim (on a chain one
+        step's term; in continuous time the ELBO integrand per unit of t, time.cell_share turns it into one grid
+        cell's share). kind "bound" or "kl" (training/step.py ROW_KINDS): "kl" is the Gaussian KL at every step, t =
+        0 included, where the process has a data-end term of its own (the chain's reference reward); elsewhere the
+        same as "bound"."""
+
     @abc.abstractmethod
     def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0):
         """(nll [B] bits/dim, terms or None, prior or None): --mode=eval's test likelihood (a bound with its terms,
@@ -217,7 +258,7 @@ class Process(abc.ABC):
     def strata_problem(cls, cfg, num_strata: int):
         """What eval.bound_strata must be, when num_strata cannot be used with this process's config cfg (one
         phrase, "must be ...: why"), or None."""
-        if cls.nll_bpd_strata is not Process.nll_bpd_strata:
+        if cls.nll_bpd_strata is not Likelihood.nll_bpd_strata:
             return None
         if cls.exact_likelihood:
             return "must be 0 (the full computation): the likelihood is the probability-flow ODE's, not a sum over t"
@@ -233,8 +274,11 @@ class Process(abc.ABC):
 
 
 def abstract_members(part) -> list:
-    """The contract's members a process class leaves abstract: sorted names."""
-    return sorted(getattr(part, "__abstractmethods__", ()))
+    """The contract's members a process class leaves abstract (its time_domain among them while it is None): sorted
+    names."""
+    return sorted(
+        set(getattr(part, "__abstractmethods__", ())) | ({"time_domain"} if part.time_domain is None else set())
+    )
 
 
 class ProcessRegistry(Registry):

@@ -32,8 +32,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from config.registry import CONTINUOUS, DISCRETE, FIXED_SCHEDULE, INVERTIBLE
-from diffusion.base import Process
+from config.registry import DISCRETE
+from diffusion.base import Likelihood, Process, Sampling
 from diffusion.gaussian import LN2, fold_timesteps, mean_flat
 from diffusion.likelihood import ode_log_likelihood, standard_normal_logp
 from diffusion.time import ContinuousTime
@@ -53,22 +53,18 @@ def stratified_times(key, num: int):
     return (jnp.arange(num, dtype=jnp.float32) + jax.random.uniform(key, (num,))) / num
 
 
-class ContinuousProcess(Process):
+class ContinuousProcess(Process, Sampling):
     """Base class of the processes in continuous time (the contract is diffusion/base.py's Process). Subclasses give
     `alpha_sigma(t)`, `logsnr(t)`, `t_of_logsnr(lam)` and `t_of_sigma(s)` (jnp, [B] -> [B]; the last two clipped
     into [0, 1]), their likelihood (`nll_bpd`, `nll_bpd_estimate`, `bound_protocol`, `estimate_protocol`) and a
     registered `name`; the prior at t = 1 is N(0, I) (`prior_sample`, `prior_logp`), which a variance-exploding
     process overrides (edm.py)."""
 
+    time_domain = ContinuousTime  # t in [0, 1] with `grid` cells
     learned_schedule = False
     vb_scale = 0.0
     methods = METHODS
     default_method = "heun"  # what a config switched to this process samples with (training/schema.switch_part)
-
-    @classmethod
-    def offers(cls, cfg) -> set:
-        """What samplers and weightings may need of this process (config.registry.Need; config/validate.py)."""
-        return {CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE}
 
     @classmethod
     def lacks(cls, capability: str, cfg) -> tuple:
@@ -83,14 +79,8 @@ class ContinuousProcess(Process):
         if target not in self.targets:
             raise ValueError(f"target {target!r} is not one of {', '.join(self.targets)}")
         self.target, self.grid = target, int(grid)
-        self._time = ContinuousTime(self.grid)
         self.time_scale = float(time_scale)
         self.likelihood_steps = int(likelihood_steps)
-
-    @property
-    def time(self) -> ContinuousTime:
-        """The time domain: t in [0, 1] with `grid` cells (diffusion/time.py)."""
-        return self._time
 
     # -- the path ------------------------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -324,11 +314,24 @@ def sigma_to_logsnr_vp(s):
 __all__ = ["ContinuousProcess", "TARGETS", "METHODS", "TIME_SCALE", "stratified_times", "sigma_to_logsnr_vp"]
 
 
-class ODELikelihood:
+class ODELikelihood(Likelihood):
     """For a process whose --mode=eval number is the exact probability-flow ODE likelihood (flow.py, edm.py): put
-    before ContinuousProcess in its bases."""
+    after ContinuousProcess in its bases. Its protocols describe the ODE from t = 0 to 1 (EDM's says more)."""
 
     exact_likelihood = True
+
+    def bound_protocol(self) -> dict:
+        return dict(
+            bound=f"exact likelihood of the probability-flow ODE (not a bound): Heun, {self.likelihood_steps} steps "
+            "from t=0 to 1, Hutchinson trace with one Rademacher probe per image, uniform dequantisation of 8-bit "
+            "pixels (an upper bound on the discrete NLL; latents: the continuous density)",
+        )
+
+    def estimate_protocol(self, num_t: int) -> str:
+        return (
+            f"the probability-flow ODE's likelihood with {num_t} Heun steps, one Hutchinson probe per image, uniform "
+            "dequantisation (fewer steps than --mode=eval's: a cheaper, less accurate number)"
+        )
 
     def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0, num_t: int = 0):
         """(-log p(x0) [B] in bits/dim through the ODE, None, None); clip_denoised=True (pixels) dequantises."""

@@ -25,9 +25,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from config.fields import Choice, FieldError, Int, Num
-from config.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE
 from diffusion import sampling
-from diffusion.base import PROCESSES, Process
+from diffusion.base import PROCESSES, Likelihood, Process, Sampling
 from diffusion.continuous import sigma_to_logsnr_vp
 from diffusion.gaussian import (
     LN2,
@@ -50,8 +49,9 @@ VB_WEIGHT = 0.001  # lambda of L_hybrid = L_simple + lambda L_vlb: improved-diff
 
 
 @PROCESSES.register
-class DDPM(Process):
+class DDPM(Process, Sampling, Likelihood):
     name = "ddpm"
+    time_domain = DiscreteTime  # steps 0..T-1
     time_field = "num_timesteps"
     FIELDS = dict(
         schedule=Choice("linear", SCHEDULES),
@@ -73,35 +73,32 @@ class DDPM(Process):
                 f"T > 20 or the cosine schedule",
             )
 
+    SCHEDULE_FIELDS = ("schedule", "num_timesteps")  # what the Schedule object carries
+
     @classmethod
     def from_config(cls, cfg) -> "DDPM":
-        return cls(
-            make_schedule(cfg.schedule, cfg.num_timesteps),
-            cfg.target,
-            cfg.variance,
-            vb_weight=cfg.get("vb_weight", VB_WEIGHT),
-        )
+        own = {k: cfg[k] for k in cls.FIELDS if k not in cls.SCHEDULE_FIELDS and k in cfg}
+        return cls(make_schedule(cfg.schedule, cfg.num_timesteps), **own)
 
-    def __init__(
-        self, schedule: Schedule, target: str = "eps", variance: str = "fixed_large", *, vb_weight: float = VB_WEIGHT
-    ):
+    def __init__(self, schedule: Schedule, **fields):
+        """The chain of `schedule` with the other FIELDS' defaults (written there once: target, variance, vb_weight),
+        any of them given by keyword."""
+        clash = sorted(set(fields) & set(self.SCHEDULE_FIELDS))
+        if clash:
+            raise TypeError(f"DDPM takes {', '.join(clash)} from its Schedule (make_schedule), not as a field")
+        f = self.field_values(fields)
+        target, variance = f["target"], f["variance"]
         if target not in TARGETS:
             raise ValueError(f"target {target!r} is not one of {', '.join(TARGETS)}")
         if variance not in VARIANCES:
             raise ValueError(f"variance {variance!r} is not one of {', '.join(VARIANCES)}")
         self.schedule, self.target, self.variance = schedule, target, variance
-        self.vb_weight = float(vb_weight)
-        self._time = DiscreteTime(schedule.num_timesteps)
+        self.vb_weight = float(f["vb_weight"])
         with np.errstate(divide="ignore"):
             sig = np.sqrt((1.0 - self.alphas_cumprod_np()) / self.alphas_cumprod_np())  # EDM's sigma of each step
             # the T - 1 midpoints between consecutive sigmas (increasing in t), in log: t_of_logsnr's cells
             self._log_sigma_edges = jnp.asarray(np.log(0.5 * (sig[1:] + sig[:-1])), jnp.float32)
         self._logsnr = jnp.asarray(self.logsnr_np(), jnp.float32)
-
-    @property
-    def time(self) -> DiscreteTime:
-        """The time domain: steps 0..T-1 (diffusion/time.py)."""
-        return self._time
 
     @property
     def learned_variance(self) -> bool:
@@ -359,7 +356,7 @@ class DDPM(Process):
     def nll_bpd_strata(
         self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, clip_denoised=True, max_rows=0
     ):
-        """The stratified estimate of nll_bpd's bound with a standard error (base.Process.nll_bpd_strata): (L_0 at
+        """The stratified estimate of nll_bpd's bound with a standard error (base.Likelihood.nll_bpd_strata): (L_0 at
         decoder_draws noises [B, d], parts [B, K, m], prior L_T [B]). parts[:, k, j] = n_k L_{t_kj} over the K
         geometric strata of 1..T-1 (gaussian.strata_timesteps, drawn from t_key), n_k the stratum's size; every row
         with its own noise (from key), as nll_bpd's. d + K m network rows per image instead of T."""
@@ -444,11 +441,6 @@ class DDPM(Process):
         return method == "ddim"
 
     methods = sampling.METHODS
-
-    @classmethod
-    def offers(cls, cfg) -> set:
-        """What samplers and weightings may need of this process (config.registry.Need; config/validate.py)."""
-        return {DISCRETE, INVERTIBLE, FIXED_SCHEDULE}
 
     @classmethod
     def lacks(cls, capability: str, cfg) -> tuple:

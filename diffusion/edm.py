@@ -150,7 +150,7 @@ def edm_sampler(
 
 
 @PROCESSES.register
-class EDM(ODELikelihood, ContinuousProcess):
+class EDM(ContinuousProcess, ODELikelihood):
     name = "edm"
     targets = ("edm",)
     FIELDS = dict(
@@ -176,16 +176,9 @@ class EDM(ODELikelihood, ContinuousProcess):
         if cfg.s_min > cfg.s_max:
             raise FieldError("s_min", cfg.s_min, f"must not exceed s_max={cfg.s_max}")
 
-    @classmethod
-    def from_config(cls, cfg):
-        return cls(**{k: cfg[k] for k in cls.FIELDS})
-
     def __init__(self, **fields):
         """EDM with its FIELDS' defaults (written there once), any of them given by keyword."""
-        unknown = sorted(set(fields) - set(self.FIELDS))
-        if unknown:
-            raise TypeError(f"EDM has no field {', '.join(unknown)} (its fields: {', '.join(self.FIELDS)})")
-        f = {k: spec.default for k, spec in self.FIELDS.items()} | fields
+        f = self.field_values(fields)
         super().__init__("edm", f["grid"], time_scale=f["time_scale"], likelihood_steps=f["likelihood_steps"])
         for k in ("sigma_data", "sigma_min", "sigma_max", "rho", "s_churn", "s_min", "s_max", "s_noise"):
             setattr(self, k, float(f[k]))

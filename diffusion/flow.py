@@ -33,7 +33,7 @@ DIRECTIONS = ("noise_at_1", "data_at_1")
 
 
 @PROCESSES.register
-class Flow(ODELikelihood, ContinuousProcess):
+class Flow(ContinuousProcess, ODELikelihood):
     name = "flow"
     FIELDS = dict(
         target=Choice("velocity", FLOW_TARGETS),
@@ -44,25 +44,15 @@ class Flow(ODELikelihood, ContinuousProcess):
         likelihood_steps=Int(100, 1),  # Heun steps of the ODE likelihood in --mode=eval
     )
 
-    @classmethod
-    def from_config(cls, cfg):
-        return cls(
-            cfg.target,
-            cfg.grid,
-            time_direction=cfg.time_direction,
-            time_scale=cfg.time_scale,
-            likelihood_steps=cfg.likelihood_steps,
-        )
-
-    def __init__(
-        self, target="velocity", grid=1000, *, time_direction="noise_at_1", time_scale=TIME_SCALE, likelihood_steps=100
-    ):
-        if target not in FLOW_TARGETS:
-            raise ValueError(f"target {target!r} is not one of {', '.join(FLOW_TARGETS)} for flow matching")
-        if time_direction not in DIRECTIONS:
-            raise ValueError(f"time_direction {time_direction!r} is not one of {', '.join(DIRECTIONS)}")
-        super().__init__(target, grid, time_scale=time_scale, likelihood_steps=likelihood_steps)
-        self.reversed = time_direction == "data_at_1"
+    def __init__(self, **fields):
+        """Flow matching with its FIELDS' defaults (written there once), any of them given by keyword."""
+        f = self.field_values(fields)
+        if f["target"] not in FLOW_TARGETS:
+            raise ValueError(f"target {f['target']!r} is not one of {', '.join(FLOW_TARGETS)} for flow matching")
+        if f["time_direction"] not in DIRECTIONS:
+            raise ValueError(f"time_direction {f['time_direction']!r} is not one of {', '.join(DIRECTIONS)}")
+        super().__init__(f["target"], f["grid"], time_scale=f["time_scale"], likelihood_steps=f["likelihood_steps"])
+        self.reversed = f["time_direction"] == "data_at_1"
 
     def alpha_sigma(self, t):
         t = jnp.asarray(t, jnp.float32)
@@ -84,16 +74,3 @@ class Flow(ODELikelihood, ContinuousProcess):
     def net_out(self, out):
         # data_at_1: the network's velocity is x0 - eps, ours eps - x0
         return -out if self.reversed else out
-
-    def bound_protocol(self) -> dict:
-        return dict(
-            bound=f"exact likelihood of the probability-flow ODE (not a bound): Heun, {self.likelihood_steps} steps "
-            "from t=0 to 1, Hutchinson trace with one Rademacher probe per image, uniform dequantisation of 8-bit "
-            "pixels (an upper bound on the discrete NLL; latents: the continuous density)",
-        )
-
-    def estimate_protocol(self, num_t: int) -> str:
-        return (
-            f"the probability-flow ODE's likelihood with {num_t} Heun steps, one Hutchinson probe per image, uniform "
-            "dequantisation (fewer steps than --mode=eval's: a cheaper, less accurate number)"
-        )

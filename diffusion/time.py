@@ -7,7 +7,8 @@ the loss weightings, the train step's diagnostics and the pictures ask about tim
 
 A part writes its formula once (on a unit variable u in [0, 1), on log SNR, on the path's coefficients) and the domain
 turns it into a draw, a table or a grid: these two classes are where the project tells the domains apart, each
-method's two forms side by side. What they give:
+method's two forms side by side (the histogram samplers' log-SNR bins, samplers/histogram.py, are the one other
+place). What they give (the TimeDomain protocol):
     uniform(key, n)              uniform t: randint(0, T) | uniform[0, 1)
     from_unit(u, rounding)       u -> t: floor(u T) clipped ("floor": equal cells, uniform u gives uniform t) or
                                  round(u (T - 1)) ("nearest", the learned sampler's rounding, as its reference) | u
@@ -25,16 +26,18 @@ method's two forms side by side. What they give:
                                  f(t_k) is unbiased for the sum (integral, in cells) of f over the strata
     cell_share                   a bound term of one row times this is one grid cell's share of the bound: 1 (a
                                  step's KL) | 1 / grid (the ELBO integrand is per unit of t)
-    logsnr_bins(process, n)      equal log-SNR bins of the domain, for the histogram samplers (`Bins`)
     draw(key, n, cdf, exact)     a density given both ways: inverse CDF over its table cdf() [T] | exact(key, n)
     weights(process, table, of_path)  a loss weighting: w = table()[t] | of_path(*process.path_coefs(t))
     size, dtype, extent          T | grid; int32 | float32; the pictures' time axis 0..T | 0..1
 """
 
+from typing import Callable, Protocol, runtime_checkable
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 
+from config.registry import CONTINUOUS, DISCRETE
 from diffusion.gaussian import stratum_edges
 
 ROUNDINGS = ("floor", "nearest")
@@ -78,103 +81,38 @@ def continuous_grid(process, K: int, kind: str = "even"):
     return process.t_of_logsnr(jnp.linspace(ends[0], ends[1], K)).astype(jnp.float32)
 
 
-def chain_bins(logsnr: np.ndarray, num_bins: int) -> np.ndarray:
-    """The bin (0 .. num_bins - 1) of each timestep of a chain with log SNRs `logsnr` [T] (float64; -inf allowed at
-    a zero-terminal end): equal bins between the extreme finite values. [T] int64."""
-    finite = logsnr[np.isfinite(logsnr)]
-    lam = np.clip(logsnr, finite.min(), finite.max())
-    lo, hi = finite.min(), finite.max()
-    b = np.floor((lam - lo) / (hi - lo) * num_bins).astype(np.int64)
-    return np.clip(b, 0, num_bins - 1)
+@runtime_checkable
+class TimeDomain(Protocol):
+    """What a time domain answers (the module docstring says how each domain does): the contract DiscreteTime and
+    ContinuousTime keep, and the one a process's `time_domain` must keep. Its users: the timestep samplers
+    (uniform, from_unit, to_unit, probability, draw, strata), the loss weightings (weights), the learned sampler
+    alone (sweep, first, unit_edges, cells, cell_share), the train step's diagnostics and the pictures (bins,
+    extent)."""
 
+    capability: str  # config.registry.DISCRETE or CONTINUOUS: what a process with this domain offers
+    size: int  # T, or the grid's cells
+    dtype: object  # int32 | float32
+    extent: float  # the pictures' time axis: 0..T | 0..1
+    cells: int  # cells of one t: T | 1 (probability's ratio to uniform t)
+    cell_share: float  # one row's bound term times this is one grid cell's share: 1 | 1 / grid
 
-def logsnr_range(process, num_bins: int) -> np.ndarray:
-    """In continuous time, the num_bins + 1 equally spaced log SNRs of the bin edges, from lambda(0.5 / grid) down to
-    lambda(1 - 0.5 / grid): [num_bins + 1] float64, decreasing."""
-    h = 0.5 / process.time.size
-    ends = np.asarray(process.logsnr(jnp.asarray([h, 1.0 - h], jnp.float32)), np.float64)
-    return np.linspace(ends[0], ends[1], num_bins + 1)
-
-
-def continuous_edges(process, num_bins: int) -> np.ndarray:
-    """The times of the bin edges in continuous time, increasing, 0 first and 1 last: [num_bins + 1] float64. Bin b
-    is [edges[b], edges[b + 1]), its log SNR between the (num_bins - b)-th and (num_bins - b - 1)-th of num_bins + 1
-    equal steps from the largest lambda to the smallest."""
-    lam = logsnr_range(process, num_bins)
-    t = np.asarray(process.t_of_logsnr(jnp.asarray(lam, jnp.float32)), np.float64)
-    t = np.maximum.accumulate(np.clip(t, 0.0, 1.0))
-    t[0], t[-1] = 0.0, 1.0
-    return t
-
-
-class ChainBins:
-    """Equal log-SNR bins of a chain (samplers/histogram.py): bin b holds the n_b steps whose lambda falls in it
-    (bins may be empty), its measure under uniform t mu_b = n_b / T; within a bin every step is equally likely."""
-
-    def __init__(self, process, num_bins: int):
-        lam = process.logsnr_np()
-        bins = chain_bins(lam, num_bins)
-        T = lam.shape[0]
-        self.bin_of = jnp.asarray(bins, jnp.int32)  # [T]
-        self.sizes = jnp.asarray(np.bincount(bins, minlength=num_bins), jnp.float32)  # n_b
-        self.mu64 = np.bincount(bins, minlength=num_bins) / T
-        finite = lam[np.isfinite(lam)]
-        lam_edges = np.linspace(finite.min(), finite.max(), num_bins + 1)  # bin b: increasing lambda
-        self.logsnr_mid64 = 0.5 * (lam_edges[1:] + lam_edges[:-1])
-        self.T = T
-
-    def index(self, t):
-        return self.bin_of[t]
-
-    def step_probabilities(self, q):
-        """p(t) [T] of bin probabilities q [num_bins], uniform within each bin."""
-        return q[self.bin_of] / jnp.maximum(self.sizes[self.bin_of], 1.0)
-
-    def density(self, q, t):
-        """p(t) relative to uniform t, T p(t): [B]."""
-        return self.T * self.step_probabilities(q)[t]
-
-    def draw(self, key, q, n: int):
-        """(t [n], mu_b / q_b [n]): steps by inverse CDF over p(t), and each one's ratio of uniform to drawn."""
-        p = self.step_probabilities(q)
-        t = inverse_cdf(key, cdf_of(p), n)
-        return t, 1.0 / (self.T * p[t])
-
-
-class IntervalBins:
-    """Equal log-SNR bins in continuous time (samplers/histogram.py): between lambda at the first and last cell
-    midpoints of the grid, edges mapped to times by the process's inverse (t_of_logsnr), the outer ones moved to 0
-    and 1; mu_b = the bin's length in t; within a bin t is uniform."""
-
-    def __init__(self, process, num_bins: int):
-        edges = continuous_edges(process, num_bins)
-        self.edges = jnp.asarray(edges, jnp.float32)
-        self.mu64 = np.diff(edges)
-        lam_edges = logsnr_range(process, num_bins)  # bin b: increasing t, decreasing lambda
-        self.logsnr_mid64 = 0.5 * (lam_edges[1:] + lam_edges[:-1])
-        self.num_bins = num_bins
-
-    def index(self, t):
-        b = jnp.searchsorted(self.edges[1:-1], t, side="right")
-        return jnp.clip(b, 0, self.num_bins - 1).astype(jnp.int32)
-
-    def density(self, q, t):
-        """p(t) [B]."""
-        b = self.index(t)
-        return q[b] / jnp.asarray(self.mu64, jnp.float32)[b]
-
-    def draw(self, key, q, n: int):
-        """(t [n], mu_b / q_b [n]): a bin by inverse CDF over q, then t uniform within it."""
-        k_bin, k_within = jax.random.split(key)
-        b = inverse_cdf(k_bin, cdf_of(q), n)
-        lo, hi = self.edges[b], self.edges[b + 1]
-        t = jnp.clip(lo + (hi - lo) * jax.random.uniform(k_within, (n,), jnp.float32), 0.0, 1.0)
-        return t, jnp.asarray(self.mu64, jnp.float32)[b] / q[b]
+    def uniform(self, key, n: int): ...
+    def from_unit(self, u, rounding: str = "floor"): ...
+    def to_unit(self, t): ...
+    def probability(self, t, cdf: Callable, logpdf: Callable): ...
+    def unit_edges(self, num_bins: int): ...
+    def bins(self, t, num_bins: int): ...
+    def sweep(self, process, stride: int, kind: str = "even"): ...
+    def first(self, grid, n: int, skip: int = 0): ...
+    def strata(self, key, n: int, skip: int = 0): ...
+    def draw(self, key, n: int, cdf: Callable, exact: Callable): ...
+    def weights(self, process, table: Callable, of_path: Callable): ...
 
 
 class DiscreteTime:
     """t = 0..T-1, int32 (module docstring)."""
 
+    capability = DISCRETE
     dtype = jnp.int32
     cell_share = 1.0
 
@@ -222,9 +160,6 @@ class DiscreteTime:
         t = lo + jnp.floor(jax.random.uniform(key, (n,)) * sizes).astype(jnp.int32)
         return jnp.minimum(t, lo + sizes - 1), sizes.astype(jnp.float32)
 
-    def logsnr_bins(self, process, num_bins: int):
-        return ChainBins(process, num_bins)
-
     def draw(self, key, n: int, cdf, exact):
         return inverse_cdf(key, cdf(), n)
 
@@ -236,6 +171,7 @@ class DiscreteTime:
 class ContinuousTime:
     """t in [0, 1], float32, with `grid` cells (module docstring)."""
 
+    capability = CONTINUOUS
     dtype = jnp.float32
     cells = 1
     extent = 1.0
@@ -275,9 +211,6 @@ class ContinuousTime:
         t = lo + length * (jnp.arange(n) + jax.random.uniform(key, (n,)))
         return jnp.clip(t, STRATA_EPS, 1.0 - STRATA_EPS).astype(jnp.float32), jnp.full((n,), length * self.size)
 
-    def logsnr_bins(self, process, num_bins: int):
-        return IntervalBins(process, num_bins)
-
     def draw(self, key, n: int, cdf, exact):
         return exact(key, n)
 
@@ -285,4 +218,4 @@ class ContinuousTime:
         return lambda t: of_path(*process.path_coefs(t)).astype(jnp.float32)
 
 
-__all__ = ["DiscreteTime", "ContinuousTime", "ChainBins", "IntervalBins", "inverse_cdf", "cdf_of", "ROUNDINGS"]
+__all__ = ["TimeDomain", "DiscreteTime", "ContinuousTime", "inverse_cdf", "cdf_of", "ROUNDINGS"]

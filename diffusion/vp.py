@@ -45,8 +45,8 @@ import jax
 import jax.numpy as jnp
 
 from config.fields import Choice, FieldError, Int, Num
-from config.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE
-from diffusion.base import PROCESSES
+from config.registry import FIXED_SCHEDULE, INVERTIBLE
+from diffusion.base import PROCESSES, Likelihood
 from diffusion.continuous import TARGETS, ContinuousProcess, bcast, sigma_to_logsnr_vp
 from diffusion.gaussian import LN2, mean_flat
 
@@ -84,7 +84,7 @@ class NoiseNet(nn.Module):
 
 
 @PROCESSES.register
-class VP(ContinuousProcess):
+class VP(ContinuousProcess, Likelihood):
     name = "vp"
     FIELDS = dict(
         schedule=Choice("linear", VP_SCHEDULES),
@@ -105,9 +105,11 @@ class VP(ContinuousProcess):
 
     @classmethod
     def offers(cls, cfg) -> set:
-        if cfg.schedule == "learned":  # no inverse; trained on the ELBO, whose interior gradient needs uniform t
-            return {CONTINUOUS}
-        return super().offers(cfg)
+        """The derived offer, by schedule: init_params and bind are there for the learned schedule alone, whose
+        inverse is not kept (and which is trained on the ELBO, whose interior gradient needs uniform t)."""
+        if cfg.schedule == "learned":
+            return super().offers(cfg) - {INVERTIBLE}
+        return super().offers(cfg) | {FIXED_SCHEDULE}
 
     @classmethod
     def lacks(cls, capability: str, cfg) -> tuple:
@@ -118,34 +120,15 @@ class VP(ContinuousProcess):
             )
         return super().lacks(capability, cfg)
 
-    @classmethod
-    def from_config(cls, cfg):
-        return cls(
-            cfg.schedule,
-            cfg.logsnr_min,
-            cfg.logsnr_max,
-            cfg.target,
-            cfg.grid,
-            bound_points=cfg.bound_points,
-            likelihood_steps=cfg.likelihood_steps,
-        )
-
-    def __init__(
-        self,
-        schedule="linear",
-        logsnr_min=-5.0,
-        logsnr_max=13.3,
-        target="eps",
-        grid=1000,
-        *,
-        bound_points=1000,
-        likelihood_steps=100,
-    ):
-        super().__init__(target, grid, likelihood_steps=likelihood_steps)
+    def __init__(self, **fields):
+        """VP with its FIELDS' defaults (written there once), any of them given by keyword."""
+        f = self.field_values(fields)
+        super().__init__(f["target"], f["grid"], likelihood_steps=f["likelihood_steps"])
+        schedule = f["schedule"]
         if schedule not in VP_SCHEDULES:
             raise ValueError(f"schedule {schedule!r} is not one of {', '.join(VP_SCHEDULES)}")
-        self.schedule_name, self.lo, self.hi = schedule, float(logsnr_min), float(logsnr_max)
-        self.bound_points = int(bound_points)
+        self.schedule_name, self.lo, self.hi = schedule, float(f["logsnr_min"]), float(f["logsnr_max"])
+        self.bound_points = int(f["bound_points"])
         self.learned_schedule = schedule == "learned"
         self.noise_net = NoiseNet(-self.hi, -self.lo) if self.learned_schedule else None
         self.schedule_params = None
@@ -252,7 +235,7 @@ class VP(ContinuousProcess):
     def nll_bpd_strata(
         self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, clip_denoised=True, max_rows=0
     ):
-        """The ELBO's stratified estimate with a standard error (base.Process.nll_bpd_strata): (the reconstruction
+        """The ELBO's stratified estimate with a standard error (base.Likelihood.nll_bpd_strata): (the reconstruction
         term at decoder_draws draws of z_0 [B, d], parts [B, K, m], the prior KL [B], exact). parts[:, k, j] is the
         diffusion loss's estimate from one uniform position in the k-th of K equal cells, as diffusion_loss's (in log
         SNR where invertible: cell_times), positions from t_key, weight x integrand, each row with its own noise."""

@@ -25,8 +25,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from config.registry import LIKELIHOOD
 from config.validate import ConfigError, check_workdir
 from data import load_split, pixel_split
+from diffusion import PROCESSES
+from diffusion.base import Likelihood, Sampling
 from evaluation.features import fid_unavailable_reason, make_feature_space
 from evaluation.generate import generate
 from training import checkpoint as ckpt
@@ -289,8 +292,22 @@ def eval_bound(setup, params, images, key, labels=None) -> dict:
     )
 
 
+def feature_space(setup):
+    """(the FID feature space or None, why there is none): none for a process that does not sample."""
+    if not isinstance(setup.process, Sampling):
+        return None, f"config.diffusion.name={setup.config.diffusion.name!r} does not sample (diffusion.base.Sampling)"
+    space = make_feature_space(setup.config)
+    return space, None if space is not None else fid_unavailable_reason(setup.config)
+
+
 def evaluate(config, workdir: str) -> dict:
     """Evaluate the latest checkpoint in `workdir`; returns the record written to DIR/eval/step_N.json."""
+    name = config.diffusion.name
+    if LIKELIHOOD not in PROCESSES[name].offers(config.diffusion):
+        raise ConfigError(
+            f"--mode=eval is not allowed with config.diffusion.name={name!r}: it reports the test likelihood, which "
+            "the process does not offer (diffusion.base.Likelihood)"
+        )
     if "://" not in workdir:
         workdir = os.path.abspath(workdir)
         if os.path.isdir(os.path.join(workdir, "checkpoints")):  # else restore_latest says there is nothing to read
@@ -306,7 +323,7 @@ def evaluate(config, workdir: str) -> dict:
             file=sys.stderr,
             flush=True,
         )
-    space = make_feature_space(c)  # before the long bound: a bad weights or statistics file stops here
+    space, no_space = feature_space(setup)  # before the long bound: a bad weights or statistics file stops here
     # the real images FID's test-split line scores (a latent model's: its source dataset's), opened before sampling
     pixels, no_pixels = None, None
     if space is not None:
@@ -323,7 +340,7 @@ def evaluate(config, workdir: str) -> dict:
         nll_bpd=eval_bound(setup, state.ema_params, images, key, labels),
     )
     if space is None:
-        record["fid"] = dict(value=None, reason=fid_unavailable_reason(c))
+        record["fid"] = dict(value=None, reason=no_space)
     else:
         f = c.eval.fid
         scores, _ = sample_quality(
@@ -348,22 +365,24 @@ def evaluate(config, workdir: str) -> dict:
                 "images scored against the same reference: what real unseen images get",
             )
         record["fid"] = scores
-    samples = generate(setup, state.ema_params, jax.random.fold_in(key, 1), c.eval.num_samples)
+    sampling = isinstance(setup.process, Sampling)
+    samples = generate(setup, state.ema_params, jax.random.fold_in(key, 1), c.eval.num_samples) if sampling else None
     if jax.process_index() == 0:
         out = os.path.join(workdir, "eval")
         os.makedirs(out, exist_ok=True)
-        grid = os.path.join(out, f"samples_{step:07d}.png")
-        report.save_grid(samples, grid)
-        record["samples"] = dict(
-            path=grid,
-            protocol=dict(
-                num=c.eval.num_samples,
-                method=c.sample.method,
-                steps=setup.process.sampling_steps(c.sample.method, c.sample.steps),
-                parameters="EMA",
-                **guidance_protocol(setup, c.sample.guidance_scale),
-            ),
-        )
+        if sampling:  # a process that does not sample has no grid (nor FID: record["fid"] says why)
+            grid = os.path.join(out, f"samples_{step:07d}.png")
+            report.save_grid(samples, grid)
+            record["samples"] = dict(
+                path=grid,
+                protocol=dict(
+                    num=c.eval.num_samples,
+                    method=c.sample.method,
+                    steps=setup.process.sampling_steps(c.sample.method, c.sample.steps),
+                    parameters="EMA",
+                    **guidance_protocol(setup, c.sample.guidance_scale),
+                ),
+            )
         path = os.path.join(out, f"step_{step:07d}.json")
         with open(path + ".tmp", "w") as fh:
             json.dump(record, fh, indent=2)
@@ -382,14 +401,17 @@ class PeriodicEval:
         c = setup.config
         self.setup, self.p = setup, c.eval.periodic
         self.images, self.labels = test_data(setup, self.p.nll_images)
-        self.space = make_feature_space(c)
+        self.space = feature_space(setup)[0]
+        self.bound = isinstance(setup.process, Likelihood)  # else FID alone (a process may offer either)
         self.key = jax.random.PRNGKey(self.KEY)
         self.prefix = "periodic/"
 
     def protocol(self) -> dict:
         p = self.p
         return dict(
-            nll=f"bpd_T{p.nll_timesteps}: {self.setup.process.estimate_protocol(p.nll_timesteps)} over "
+            nll=None
+            if not self.bound
+            else f"bpd_T{p.nll_timesteps}: {self.setup.process.estimate_protocol(p.nll_timesteps)} over "
             f"{len(self.images)} test images",
             fid=None
             if self.space is None
@@ -402,8 +424,10 @@ class PeriodicEval:
 
     def __call__(self, params) -> dict:
         p, t0 = self.p, time.perf_counter()
-        bpd, _, _ = bound_bpd(self.setup, params, self.images, self.key, num_t=p.nll_timesteps, labels=self.labels)
-        out = {f"{self.prefix}bpd_T{p.nll_timesteps}": bpd}
+        out = {}
+        if self.bound:
+            bpd, _, _ = bound_bpd(self.setup, params, self.images, self.key, num_t=p.nll_timesteps, labels=self.labels)
+            out[f"{self.prefix}bpd_T{p.nll_timesteps}"] = bpd
         if self.space is not None:
             scores, _ = sample_quality(
                 self.setup,

@@ -56,7 +56,7 @@ import optax
 from jax.scipy.special import betainc
 
 from config.fields import Bool, Choice, FieldError, Int, Ints, Num
-from config.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE, Need
+from config.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE, LIKELIHOOD, Need
 from diffusion.time import continuous_grid, sweep_grid  # noqa: F401 (the sweep grids, importable from here)
 from samplers.base import SAMPLERS, Sampler
 from samplers.fstat import f_statistic, top_k_highest
@@ -226,6 +226,9 @@ class AdaptiveSampler(Sampler):
     @classmethod
     def needs(cls, cfg):
         out = super().needs(cfg)
+        reward = cfg.get("reward", "bound")
+        if reward != "loss":  # the bound's rows (diffusion.base.Likelihood.row_terms)
+            out.append(Need(LIKELIHOOD, "reward", reward, "loss", "its reward reads the bound's terms"))
         if cfg.sweep_grid == "geometric":  # spaced in log SNR: mapped back to times
             out.append(Need(INVERTIBLE, "sweep_grid", "geometric", "even"))
         if cfg.get("data_end", "kl") == "decoder":

@@ -3,7 +3,7 @@ InfoNoise): a density over the noise level kept as a histogram in log SNR whose 
 of a per-example quantity measured in each bin.
 
 Bins. `num_bins` equal bins of lambda = log SNR between the largest and the smallest lambda of the time domain, which
-the process's time domain builds (process.time.logsnr_bins: diffusion/time.py ChainBins, IntervalBins):
+`logsnr_bins` builds for the process's time domain (ChainBins, IntervalBins, below):
 - discrete (DDPM chain, T steps): the chain's lambda_t (a zero-terminal step's -inf counts as the smallest finite
   one); bin b holds the n_b timesteps whose lambda falls in it (bins may be empty); its measure under uniform t is
   mu_b = n_b / T;
@@ -31,9 +31,10 @@ the nearest-bin fill and the warm-up mass; the running mean as an exponential av
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from config.fields import Int, Num
-from diffusion.time import continuous_edges, logsnr_range  # noqa: F401 (the bins' edges, importable from here)
+from diffusion.time import DiscreteTime, cdf_of, inverse_cdf
 from samplers.base import TableSampler
 
 HISTOGRAM_FIELDS = dict(
@@ -43,6 +44,107 @@ HISTOGRAM_FIELDS = dict(
     # the share of the measure of t the seen bins must hold before the density leaves uniform
     warmup_mass=Num(0.99, 0.0, 1.0, lo_open=True),
 )
+
+
+def chain_bins(logsnr: np.ndarray, num_bins: int) -> np.ndarray:
+    """The bin (0 .. num_bins - 1) of each timestep of a chain with log SNRs `logsnr` [T] (float64; -inf allowed at
+    a zero-terminal end): equal bins between the extreme finite values. [T] int64."""
+    finite = logsnr[np.isfinite(logsnr)]
+    lam = np.clip(logsnr, finite.min(), finite.max())
+    lo, hi = finite.min(), finite.max()
+    b = np.floor((lam - lo) / (hi - lo) * num_bins).astype(np.int64)
+    return np.clip(b, 0, num_bins - 1)
+
+
+def logsnr_range(process, num_bins: int) -> np.ndarray:
+    """In continuous time, the num_bins + 1 equally spaced log SNRs of the bin edges, from lambda(0.5 / grid) down to
+    lambda(1 - 0.5 / grid): [num_bins + 1] float64, decreasing."""
+    h = 0.5 / process.time.size
+    ends = np.asarray(process.logsnr(jnp.asarray([h, 1.0 - h], jnp.float32)), np.float64)
+    return np.linspace(ends[0], ends[1], num_bins + 1)
+
+
+def continuous_edges(process, num_bins: int) -> np.ndarray:
+    """The times of the bin edges in continuous time, increasing, 0 first and 1 last: [num_bins + 1] float64. Bin b
+    is [edges[b], edges[b + 1]), its log SNR between the (num_bins - b)-th and (num_bins - b - 1)-th of num_bins + 1
+    equal steps from the largest lambda to the smallest."""
+    lam = logsnr_range(process, num_bins)
+    t = np.asarray(process.t_of_logsnr(jnp.asarray(lam, jnp.float32)), np.float64)
+    t = np.maximum.accumulate(np.clip(t, 0.0, 1.0))
+    t[0], t[-1] = 0.0, 1.0
+    return t
+
+
+class ChainBins:
+    """Equal log-SNR bins of a chain (samplers/histogram.py): bin b holds the n_b steps whose lambda falls in it
+    (bins may be empty), its measure under uniform t mu_b = n_b / T; within a bin every step is equally likely."""
+
+    def __init__(self, process, num_bins: int):
+        lam = process.logsnr_np()
+        bins = chain_bins(lam, num_bins)
+        T = lam.shape[0]
+        self.bin_of = jnp.asarray(bins, jnp.int32)  # [T]
+        self.sizes = jnp.asarray(np.bincount(bins, minlength=num_bins), jnp.float32)  # n_b
+        self.mu64 = np.bincount(bins, minlength=num_bins) / T
+        finite = lam[np.isfinite(lam)]
+        lam_edges = np.linspace(finite.min(), finite.max(), num_bins + 1)  # bin b: increasing lambda
+        self.logsnr_mid64 = 0.5 * (lam_edges[1:] + lam_edges[:-1])
+        self.T = T
+
+    def index(self, t):
+        return self.bin_of[t]
+
+    def step_probabilities(self, q):
+        """p(t) [T] of bin probabilities q [num_bins], uniform within each bin."""
+        return q[self.bin_of] / jnp.maximum(self.sizes[self.bin_of], 1.0)
+
+    def density(self, q, t):
+        """p(t) relative to uniform t, T p(t): [B]."""
+        return self.T * self.step_probabilities(q)[t]
+
+    def draw(self, key, q, n: int):
+        """(t [n], mu_b / q_b [n]): steps by inverse CDF over p(t), and each one's ratio of uniform to drawn."""
+        p = self.step_probabilities(q)
+        t = inverse_cdf(key, cdf_of(p), n)
+        return t, 1.0 / (self.T * p[t])
+
+
+class IntervalBins:
+    """Equal log-SNR bins in continuous time (samplers/histogram.py): between lambda at the first and last cell
+    midpoints of the grid, edges mapped to times by the process's inverse (t_of_logsnr), the outer ones moved to 0
+    and 1; mu_b = the bin's length in t; within a bin t is uniform."""
+
+    def __init__(self, process, num_bins: int):
+        edges = continuous_edges(process, num_bins)
+        self.edges = jnp.asarray(edges, jnp.float32)
+        self.mu64 = np.diff(edges)
+        lam_edges = logsnr_range(process, num_bins)  # bin b: increasing t, decreasing lambda
+        self.logsnr_mid64 = 0.5 * (lam_edges[1:] + lam_edges[:-1])
+        self.num_bins = num_bins
+
+    def index(self, t):
+        b = jnp.searchsorted(self.edges[1:-1], t, side="right")
+        return jnp.clip(b, 0, self.num_bins - 1).astype(jnp.int32)
+
+    def density(self, q, t):
+        """p(t) [B]."""
+        b = self.index(t)
+        return q[b] / jnp.asarray(self.mu64, jnp.float32)[b]
+
+    def draw(self, key, q, n: int):
+        """(t [n], mu_b / q_b [n]): a bin by inverse CDF over q, then t uniform within it."""
+        k_bin, k_within = jax.random.split(key)
+        b = inverse_cdf(k_bin, cdf_of(q), n)
+        lo, hi = self.edges[b], self.edges[b + 1]
+        t = jnp.clip(lo + (hi - lo) * jax.random.uniform(k_within, (n,), jnp.float32), 0.0, 1.0)
+        return t, jnp.asarray(self.mu64, jnp.float32)[b] / q[b]
+
+
+def logsnr_bins(process, num_bins: int):
+    """The equal log-SNR bins of the process's time domain (module docstring): a chain's steps, or intervals of t."""
+    if isinstance(process.time, DiscreteTime):
+        return ChainBins(process, num_bins)
+    return IntervalBins(process, num_bins)
 
 
 def nearest_seen(values, seen):
@@ -68,7 +170,7 @@ class HistogramSampler(TableSampler):
 
     def __init__(self, cfg, process, batch_size):
         super().__init__(cfg, process, batch_size)
-        self.bins = process.time.logsnr_bins(process, cfg.num_bins)  # the domain's log-SNR bins (diffusion/time.py)
+        self.bins = logsnr_bins(process, cfg.num_bins)
         self.mu64 = self.bins.mu64
         self.mu = jnp.asarray(self.mu64, jnp.float32)  # each bin's measure under uniform t
         self.bin_logsnr64 = self.bins.logsnr_mid64  # the middle of each bin's log SNR

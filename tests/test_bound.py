@@ -10,7 +10,7 @@ from diffusion import DDPM, make_schedule
 from diffusion import gaussian as g
 
 S = make_schedule("linear", 1000)
-P = DDPM(S, "eps", "fixed_large")
+P = DDPM(S, target="eps", variance="fixed_large")
 
 
 def test_normal_kl_closed_form():
@@ -59,7 +59,7 @@ def test_kl_is_zero_for_true_noise_with_fixed_small_variance():
     t = jnp.array([1, 200, 999])
     noise = jax.random.normal(jax.random.PRNGKey(1), x0.shape)
     xt = P.q_sample(x0, t, noise)
-    terms = DDPM(S, "eps", "fixed_small").vb_terms_bpd(x0, xt, t, noise)
+    terms = DDPM(S, target="eps", variance="fixed_small").vb_terms_bpd(x0, xt, t, noise)
     np.testing.assert_allclose(np.asarray(terms), 0.0, atol=2e-4)
 
 
@@ -69,8 +69,8 @@ def test_every_target_recovers_x0(target):
     t = jnp.array([0, 300, 900])
     noise = jax.random.normal(jax.random.PRNGKey(3), x0.shape)
     xt = P.q_sample(x0, t, noise)
-    out = DDPM(S, target).training_target(x0, t, noise)
-    np.testing.assert_allclose(np.asarray(DDPM(S, target).predict_x0(xt, t, out)), np.asarray(x0), atol=3e-3)
+    out = DDPM(S, target=target).training_target(x0, t, noise)
+    np.testing.assert_allclose(np.asarray(DDPM(S, target=target).predict_x0(xt, t, out)), np.asarray(x0), atol=3e-3)
 
 
 def test_kl_term_by_hand_for_zero_model():

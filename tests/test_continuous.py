@@ -49,7 +49,7 @@ def test_flow_interpolant_target_and_loss_at_hand_points():
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])
 def test_vp_schedule_ends_variance_preserving_and_inverses(schedule):
-    p = VP(schedule)
+    p = VP(schedule=schedule)
     t = jnp.linspace(0.0, 1.0, 11)
     lam = p.logsnr(t)
     np.testing.assert_allclose([lam[0], lam[-1]], [13.3, -5.0], atol=1e-4)
@@ -67,7 +67,7 @@ def test_vp_schedule_ends_variance_preserving_and_inverses(schedule):
 
 @pytest.mark.parametrize(
     "process",
-    [VP("linear", target="eps"), VP("cosine", target="v"), VP(target="x0"), Flow()],
+    [VP(schedule="linear", target="eps"), VP(schedule="cosine", target="v"), VP(target="x0"), Flow()],
     ids=lambda p: f"{p.name}-{p.target}",
 )
 def test_predict_inverts_the_target(process):
@@ -131,7 +131,7 @@ def test_vdm_diffusion_loss_of_the_optimal_network_on_gaussian_data():
     x0 = s * jax.random.normal(jax.random.PRNGKey(1), (64, 4, 4, 1))
     got = {}
     for schedule in ("linear", "cosine"):
-        p = VP(schedule)
+        p = VP(schedule=schedule)
         got[schedule] = p.diffusion_loss(gaussian_eps_net(p, s), x0, jax.random.PRNGKey(2), 200)
     exact = 0.5 * (math.log1p(s**2 * math.exp(13.3)) - math.log1p(s**2 * math.exp(-5.0))) / LN2
     assert float(jnp.mean(got["linear"])) == pytest.approx(exact, rel=0.01)
@@ -151,7 +151,7 @@ def test_vdm_stratified_elbo_with_its_standard_error_on_gaussian_data(schedule):
 
     s = 0.5
     x0 = s * jax.random.normal(jax.random.PRNGKey(1), (64, 4, 4, 1))
-    p = VP(schedule)
+    p = VP(schedule=schedule)
     fn = jax.jit(lambda k: p.nll_bpd_strata(gaussian_eps_net(p, s), x0, *jax.random.split(k), 8, 4, 2))
     x2 = np.asarray(x0, np.float64) ** 2 / s**2
     F = lambda u: 0.5 * (math.log1p(s**2 * u) + (1 - x2) / (1 + s**2 * u))
@@ -227,7 +227,7 @@ def test_vp_sampling_from_the_eps_prediction_reaches_the_gaussian_data(method):
     """VP (cosine) with the optimal eps-prediction for x0 ~ N(0, s^2 I): the ODE velocity and the ancestral chain,
     both through `predict`, end at the data's spread (started from N(0, I), the t = 1 marginal to 0.5%)."""
     s = 0.6
-    p = VP("cosine")
+    p = VP(schedule="cosine")
     x = p.sample(gaussian_eps_net(p, s), jax.random.PRNGKey(0), (4096, 2, 2, 1), method, 40, clip=False)
     assert abs(float(jnp.mean(x))) < 0.02
     assert float(jnp.std(x)) == pytest.approx(s, rel=0.03 if method == "heun" else 0.08)
@@ -271,7 +271,7 @@ def test_learned_sampler_draws_t_without_rounding_and_its_log_probability():
     np.testing.assert_allclose(w, 1 / stats.beta(a, b).pdf(np.asarray(t)), rtol=1e-4)
 
 
-@pytest.mark.parametrize("process", [Flow(), VP("cosine")], ids=["flow", "vp-cosine"])
+@pytest.mark.parametrize("process", [Flow(), VP(schedule="cosine")], ids=["flow", "vp-cosine"])
 def test_logitnormal_and_lognormal_in_continuous_time(process):
     x0 = jnp.zeros((20000, 1, 1, 1))
     t, w, _ = make("logitnormal", process, mean=0.5, std=0.8).sample({}, jax.random.PRNGKey(0), x0)
@@ -319,13 +319,15 @@ def test_weightings_on_log_snr_at_hand_points():
 
 
 def test_learned_schedule_starts_linear_stays_monotone_and_needs_its_parameters():
-    p = VP("learned")
+    p = VP(schedule="learned")
     variables = p.init_params(jax.random.PRNGKey(0), {"params": {}})
     t = jnp.linspace(0.0, 1.0, 101)
     with pytest.raises(ValueError, match="bind"):
         p.logsnr(t)
     b = p.bind(variables)
-    np.testing.assert_allclose(b.logsnr(t), VP("linear").logsnr(t), atol=0.02)  # l1 = linear, the rest ~ N(0, 1e-4)
+    np.testing.assert_allclose(
+        b.logsnr(t), VP(schedule="linear").logsnr(t), atol=0.02
+    )  # l1 = linear, the rest ~ N(0, 1e-4)
     # any parameters give an increasing gamma (non-negative weights): scramble them
     leaves, tree = jax.tree.flatten(variables["schedule"])
     keys = jax.random.split(jax.random.PRNGKey(1), len(leaves))
@@ -473,7 +475,7 @@ def test_continuous_reward_is_per_grid_cell_as_the_chains_is_per_step():
     from diffusion import DDPM, make_process, make_schedule
     from samplers import make_sampler
 
-    chain = DDPM(make_schedule("linear", 1000), "eps", "fixed_small")
+    chain = DDPM(make_schedule("linear", 1000), target="eps", variance="fixed_small")
     c = flow_config("vp", **{"diffusion.grid": 1000})
     vp = make_process(c.diffusion)
     sampler = make_sampler(c.sampler, vp, 16)

@@ -12,7 +12,7 @@ from scipy import stats
 from diffusion import DDPM, PROCESSES, make_process, make_schedule
 
 S = make_schedule("linear", 1000)
-L = DDPM(S, "eps", "learned_range")
+L = DDPM(S, target="eps", variance="learned_range")
 C = 1
 
 
@@ -121,7 +121,7 @@ def _fixed_v(variance):
 
 @pytest.mark.parametrize("variance", ["fixed_small", "fixed_large"])
 def test_learned_bound_equals_fixed_bound_where_the_variances_agree(variance):
-    fixed = DDPM(S, "eps", variance)
+    fixed = DDPM(S, target="eps", variance=variance)
     mean_fn = lambda xt, t: 0.3 * xt - 0.0004 * t[:, None, None, None]  # a fixed imperfect "network"
     v_of = _fixed_v(variance)
     learned_fn = lambda xt, t: jnp.concatenate([mean_fn(xt, t), v_of(xt, t)], -1)
@@ -160,7 +160,7 @@ def test_stop_gradient_of_the_hybrid_loss():
 def test_hybrid_loss_scaling_by_hand(T):
     """improved-diffusion (RESCALED_MSE): loss = mse + vb_bpd * num_timesteps / 1000, lambda = 0.001 of sum_t L_t."""
     sched = make_schedule("linear", T)
-    p = DDPM(sched, "eps", "learned_range")
+    p = DDPM(sched, target="eps", variance="learned_range")
     s = sched.np64
     t, x0v, nv, eps_hat, v = T // 2, 0.5, -0.7, -0.6, 0.3
     ab = s["alphas_cumprod"][t]
@@ -180,12 +180,12 @@ def test_hybrid_loss_scaling_by_hand(T):
     assert float(mse[0]) == pytest.approx((eps_hat - nv) ** 2, rel=1e-5)
     assert float(vb[0]) == pytest.approx(vb_bits * T / 1000.0, rel=1e-3)
     assert float(p.example_mse(*args)[0]) == float(mse[0])
-    p10 = DDPM(sched, "eps", "learned_range", vb_weight=0.01)
+    p10 = DDPM(sched, target="eps", variance="learned_range", vb_weight=0.01)
     assert float(p10.example_losses(*args)[1][0]) == pytest.approx(10 * float(vb[0]), rel=1e-6)
 
 
 def test_fixed_variance_losses_are_example_mse_and_zero_vb():
-    fixed = DDPM(S, "v", "fixed_large")
+    fixed = DDPM(S, target="v", variance="fixed_large")
     x0 = _x0(9)
     t = jnp.array([0, 10, 900])
     noise = jax.random.normal(jax.random.PRNGKey(10), x0.shape)
@@ -196,7 +196,7 @@ def test_fixed_variance_losses_are_example_mse_and_zero_vb():
     )
     np.testing.assert_array_equal(np.asarray(vb), 0.0)
     # the learned process's mse is the fixed one's on the mean part
-    learned = DDPM(S, "v", "learned_range")
+    learned = DDPM(S, target="v", variance="learned_range")
     apply2 = lambda xt, tt: jnp.concatenate([apply(xt, tt), jnp.ones_like(xt)], -1)
     np.testing.assert_array_equal(
         np.asarray(learned.example_mse(apply2, x0, t, noise)), np.asarray(fixed.example_mse(apply, x0, t, noise))
@@ -206,7 +206,7 @@ def test_fixed_variance_losses_are_example_mse_and_zero_vb():
 @pytest.mark.parametrize("method", ["ancestral", "ddim"])
 def test_sampling_with_learned_variance(method):
     sched = make_schedule("cosine", 50)
-    p, fixed = DDPM(sched, "eps", "learned_range"), DDPM(sched, "eps", "fixed_large")
+    p, fixed = DDPM(sched, target="eps", variance="learned_range"), DDPM(sched, target="eps", variance="fixed_large")
     mean_fn = lambda x, t: 0.1 * x
     v_of = _fixed_v("fixed_large")
     learned_fn = lambda x, t: jnp.concatenate([mean_fn(x, t), v_of(x, t)], -1)
@@ -222,7 +222,7 @@ def test_sampling_with_learned_variance(method):
 
 @pytest.mark.parametrize("variance", ["learned_range", "fixed_large"])
 def test_guide(variance):
-    p = DDPM(S, "eps", variance)
+    p = DDPM(S, target="eps", variance=variance)
     c = 3
     shape = (2, 4, 4, p.out_channels(c))
     cond = jax.random.normal(jax.random.PRNGKey(12), shape).at[0, 0, 0, 0].set(-0.0)

@@ -1,9 +1,10 @@
 """Adding a diffusion process is one file: a process defined here (a variance-preserving path with the cosine
 schedule alpha = cos(pi t / 2), sigma = sin(pi t / 2), v target, the exact ODE likelihood), registered here, trained
 3 steps with the learned sampler and Min-SNR weighting, resumed exactly and evaluated, without editing any other
-file of the project. Also: a process that leaves a member of the contract out is refused in one line; the time
-domain answers as the samplers used to, bit for bit; and the project keeps its discrete/continuous branches in at most
-3 places."""
+file of the project; and the same path written on the bare contract (Process alone: the path, its target and loss,
+the time domain, the prior), which trains and says what it cannot do (sample, evaluate, feed a bound reward). Also: a
+process that leaves a member of the contract out is refused in one line; the time domain answers as the samplers used
+to, bit for bit; and the project keeps its discrete/continuous branches in at most 3 places."""
 
 import math
 import os
@@ -16,15 +17,16 @@ import numpy as np
 import pytest
 
 from config.fields import Choice, Int, override
-from config.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE
+from config.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE, LIKELIHOOD, SAMPLING
 from conftest import ROOT, TINY, full_and_resumed
 from diffusion import PROCESSES, make_process
-from diffusion.base import Process
+from diffusion.base import Process, Sampling
 from diffusion.continuous import ContinuousProcess, ODELikelihood
-from diffusion.time import ContinuousTime, DiscreteTime
+from diffusion.likelihood import standard_normal_logp
+from diffusion.time import ContinuousTime, DiscreteTime, TimeDomain
 
 
-class CosinePath(ODELikelihood, ContinuousProcess):
+class CosinePath(ContinuousProcess, ODELikelihood):
     """x_t = cos(pi t / 2) x0 + sin(pi t / 2) eps: log SNR = -2 log tan(pi t / 2), from +inf at t = 0 to -inf at 1,
     the prior N(0, I) at t = 1 exactly. Target v = alpha eps - sigma x0 (finite x0 and eps at both ends)."""
 
@@ -48,11 +50,53 @@ class CosinePath(ODELikelihood, ContinuousProcess):
     def t_of_sigma(self, n):
         return jnp.arcsin(jnp.clip(n, 0.0, 1.0)) / (0.5 * jnp.pi)
 
-    def bound_protocol(self):
-        return dict(bound=f"exact likelihood of the probability-flow ODE, Heun, {self.likelihood_steps} steps")
 
-    def estimate_protocol(self, num_t):
-        return f"the probability-flow ODE's likelihood with {num_t} Heun steps"
+class BareCosine(Process):
+    """The same path on the bare contract, eps target: what docs/extending.md shows whole."""
+
+    name = "toy_bare"
+    time_domain = ContinuousTime
+    FIELDS = dict(grid=Int(1000, 2))
+
+    def __init__(self, grid):  # every field by keyword (Process.from_config)
+        self.grid = grid
+
+    def alpha_sigma(self, t):
+        t = jnp.asarray(t, jnp.float32)
+        return jnp.cos(0.5 * jnp.pi * t), jnp.sin(0.5 * jnp.pi * t)
+
+    def logsnr(self, t):
+        a, s = self.alpha_sigma(t)
+        return 2.0 * (jnp.log(a) - jnp.log(s))
+
+    def path_coefs(self, t):  # x_t = a x0 + s eps; target 0 x0 + 1 eps
+        a, s = self.alpha_sigma(t)
+        return a, s, jnp.zeros_like(a), jnp.ones_like(a)
+
+    def x0_mse_factor(self, t):  # an eps error is SNR times the x0 error it implies
+        return jnp.exp(self.logsnr(t))
+
+    def q_sample(self, x0, t, noise):
+        a, s = self.alpha_sigma(t)
+        return a[:, None, None, None] * x0 + s[:, None, None, None] * noise
+
+    def training_target(self, x0, t, noise):
+        return noise
+
+    def example_losses(self, apply_fn, x0, t, noise):
+        out = apply_fn(self.q_sample(x0, t, noise), 1000.0 * t)
+        mse = jnp.mean((out - noise) ** 2, axis=(1, 2, 3))
+        return mse, jnp.zeros_like(mse)
+
+    def predict_x0(self, xt, t, out):
+        a, s = self.alpha_sigma(t)
+        return (xt - s[:, None, None, None] * out) / a[:, None, None, None]
+
+    def prior_sample(self, key, shape):
+        return jax.random.normal(key, shape, jnp.float32)
+
+    def prior_logp(self, x):
+        return standard_normal_logp(x)
 
 
 @pytest.fixture
@@ -80,7 +124,13 @@ def test_a_process_defined_in_a_test_trains_resumes_and_evaluates(toy, tmp_path)
     validate(c)  # the parts' needs (the learned sampler, Min-SNR) against what the process offers
     p = make_process(c.diffusion)
     assert isinstance(p, Process) and isinstance(p.time, ContinuousTime) and p.time.size == 1000
-    assert p.exact_likelihood and type(p).offers(c.diffusion) == {CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE}
+    assert p.exact_likelihood and type(p).offers(c.diffusion) == {
+        CONTINUOUS,
+        INVERTIBLE,
+        FIXED_SCHEDULE,
+        SAMPLING,
+        LIKELIHOOD,
+    }
     # Min-SNR-5 on v: min(SNR, 5) / (SNR + 1) = min(alpha^2, 5 sigma^2) here, at t = 1/2 (SNR 1): 1/2
     w = make_weighting(c.weighting, p)(jnp.array([0.5, 0.1]))
     np.testing.assert_allclose(w, [0.5, 5 * math.sin(0.05 * math.pi) ** 2], rtol=1e-5)
@@ -99,30 +149,68 @@ def test_a_process_defined_in_a_test_trains_resumes_and_evaluates(toy, tmp_path)
     assert x.shape == (8, 8, 8, 1) and x.dtype == jnp.uint8
 
 
+def test_the_bare_contract_trains_and_says_what_it_cannot_do(tmp_path, capsys):
+    """Process alone, 9 members and a time domain: the offer derived from what the class defines; 2 steps of
+    training through main.py's path (no sample grid, the pictures written); the learned sampler's bound reward and
+    --mode=eval each refused in one line naming the field or mode, the process and what to use."""
+    import main
+    from config.schema import default_config
+    from config.validate import ConfigError, validate
+
+    assert isinstance(ContinuousTime(4), TimeDomain) and isinstance(DiscreteTime(4), TimeDomain)
+    PROCESSES.register(BareCosine)
+    try:
+        c = default_config(data="digits", model="unet", diffusion="toy_bare", sampler="uniform")
+        c = override(c, {**TINY, "train.num_steps": 2})
+        validate(c)  # sample.method is not read: the process does not sample
+        assert BareCosine.offers(c.diffusion) == {CONTINUOUS, FIXED_SCHEDULE}  # no inverses, no mixins
+        assert main.run(c, str(tmp_path / "run")) == 0
+        out = capsys.readouterr().out
+        assert "Samples: none (config.diffusion.name='toy_bare' does not sample)" in out
+        assert os.path.exists(tmp_path / "run" / "timesteps.png") and not os.path.exists(tmp_path / "run" / "samples")
+        assert main.run(c, str(tmp_path / "run"), "eval") == 2
+        err = capsys.readouterr().err.strip()
+        assert err == (
+            "error: --mode=eval is not allowed with config.diffusion.name='toy_bare': it reports the test likelihood, "
+            "which the process does not offer (diffusion.base.Likelihood)"
+        )
+        c.sampler.name = "adaptive"
+        with pytest.raises(ConfigError) as e:
+            validate(c)
+        assert str(e.value) == (
+            "config.sampler.adaptive.reward='bound' is not allowed with config.diffusion.name='toy_bare': its reward "
+            "reads the bound's terms; use loss"
+        )
+        c.sampler.adaptive.reward = "loss"
+        validate(c)
+    finally:
+        PROCESSES.unregister(BareCosine.name)
+
+
 def test_a_process_missing_a_member_of_the_contract_is_refused_in_one_line():
     class Half(Process):
         name = "half"
+        time_domain = ContinuousTime
 
         @classmethod
         def from_config(cls, cfg):
             return cls()
 
-        @classmethod
-        def offers(cls, cfg):
-            return {CONTINUOUS}
-
     with pytest.raises(ValueError) as e:
         PROCESSES.register(Half)
     msg = str(e.value)
     assert "\n" not in msg and msg.startswith("diffusion process 'half' lacks the contract's ")
-    for member in ("example_losses", "logsnr", "nll_bpd", "prior_logp", "prior_sample", "sample", "time"):
+    for member in ("example_losses", "logsnr", "path_coefs", "predict_x0", "prior_logp", "prior_sample"):
         assert member in msg, msg
     assert "half" not in PROCESSES
+    with pytest.raises(ValueError, match=r"'sampling_half' lacks the contract's sample \("):
+        PROCESSES.register(type("SamplingHalf", (BareCosine, Sampling), {"name": "sampling_half"}))
+    with pytest.raises(ValueError, match=r"'no_domain' lacks the contract's time_domain \("):
+        PROCESSES.register(type("NoDomain", (BareCosine,), {"name": "no_domain", "time_domain": None}))
 
-    class NoPath(ODELikelihood, ContinuousProcess):  # the continuous base needs the path itself
+    class NoPath(ContinuousProcess, ODELikelihood):  # the continuous base needs the path itself
         name = "no_path"
         from_config = CosinePath.from_config
-        bound_protocol, estimate_protocol = CosinePath.bound_protocol, CosinePath.estimate_protocol
 
     with pytest.raises(ValueError, match=r"'no_path' lacks the contract's alpha_sigma, logsnr \("):
         PROCESSES.register(NoPath)

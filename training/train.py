@@ -18,6 +18,7 @@ from absl import logging
 
 from config.validate import check_workdir
 from data import BatchIterator, load_split
+from diffusion.base import Sampling
 from evaluation.evaluate import PeriodicEval
 from evaluation.generate import generate
 from training import aot, report
@@ -277,11 +278,19 @@ class Loop:
         return state
 
     def _final_samples(self, state):
-        key = jax.random.fold_in(jax.random.PRNGKey(self.c.seed), 0x5A5A)
-        images = generate(self.setup, state.ema_params, key, self.c.sample.num)
+        """The EMA parameters' sample grid (where the process samples: diffusion.base.Sampling) and the pictures of
+        the timesteps drawn."""
+        lines = []
+        if isinstance(self.setup.process, Sampling):
+            key = jax.random.fold_in(jax.random.PRNGKey(self.c.seed), 0x5A5A)
+            images = generate(self.setup, state.ema_params, key, self.c.sample.num)
+            path = os.path.join(self.workdir, "samples", f"step_{int(state.step):07d}.png")
+            if self.is_main:
+                report.save_grid(images, path)
+            lines.append(f"Samples: {path}")
+        else:
+            lines.append(f"Samples: none (config.diffusion.name={self.c.diffusion.name!r} does not sample)")
         if not self.is_main:
             return
-        path = os.path.join(self.workdir, "samples", f"step_{int(state.step):07d}.png")
-        report.save_grid(images, path)
         pics = report.timestep_pictures(self.metrics_path, self.workdir, self.setup.process.time.extent)
-        print(f"Samples: {path}" + "".join(f"\nPicture: {p}" for p in pics), flush=True)
+        print("\n".join(lines + [f"Picture: {p}" for p in pics]), flush=True)
