@@ -11,8 +11,10 @@ seed, at equal steps, then evaluate each with --mode=eval, and write a markdown 
     python benchmarks/samplers.py ... --records=benchmarks/records/ddpm22   # keep finished runs in the repository
 
 A run is SAMPLER[+WEIGHTING][/FIELD=VALUE...] (config.sampler.name, config.weighting.name, and fields of the
-sampler's own sub-config, config.sampler.SAMPLER.FIELD); `uniform` must be one of them. Each FIELD=VALUE is checked
-before anything trains (parse_setting): FIELD must be one of the sampler's fields and VALUE of its kind, read as
+sampler's own sub-config, config.sampler.SAMPLER.FIELD); the baseline (--baseline: `uniform`, or another run
+such as `lognormal`, EDM's own density) must be one of them, and every paired column below ("uniform" in what
+follows) is against it. Each FIELD=VALUE is checked before anything trains (parse_setting): FIELD must be one of
+the sampler's fields and VALUE of its kind, read as
 main.py's flags read it (a bool True/False/true/1/0, an int, a float such as 0 or 3.0, a choice by name, a tuple of
 integers with colons, policy_channels=32:64:128), in its
 range where the range does not depend on the rest of the config. --config (default configs/default.py; FILE:ARG
@@ -170,8 +172,8 @@ def parse_runs(text):
             except ValueError as e:
                 sys.exit(f"error: --runs: {name!r}: {e}")
         runs.append((name, sampler, (weighting or "none", settings)))
-    if "uniform" not in [r[0] for r in runs]:
-        sys.exit("error: --runs must include uniform: the steps-to-target columns are measured against it")
+    if BASE not in [r[0] for r in runs]:
+        sys.exit(f"error: --runs must include {BASE} (--baseline): the paired columns are measured against it")
     return runs
 
 
@@ -472,15 +474,16 @@ def ms(values, fmt):
 
 
 ALPHA, POWER = 0.05, 0.80  # two-sided level of the paired t test and the power the minimum detectable difference is at
+BASE = "uniform"  # the run every other is paired with (--baseline)
 DETECT_BPD = 0.05  # bits/dim: the paired difference the seed count is sized to detect (--detect)
 DETECT_FRACTION = 0.10  # FID and KID (--size_from only): a difference of this fraction of uniform's mean
 MAX_SEEDS = 100_000  # seeds_needed gives up beyond this
 METRICS = (("final_bpd", "bits/dim", 3), ("fid_final", "FID", 3), ("kid_final", "KID", 4))  # key, name, decimals
 
 
-def differences(results, name, key, base="uniform"):
+def differences(results, name, key, base=None):
     """The per-seed paired differences d = run - base of `key` over the seeds where both have a value."""
-    pairs = [(d[key], u[key]) for d, u in zip(results[name], results[base])]
+    pairs = [(d[key], u[key]) for d, u in zip(results[name], results[base or BASE])]
     return np.array([a - b for a, b in pairs if a is not None and b is not None], np.float64)
 
 
@@ -582,7 +585,7 @@ def verdict(name, diff, what, decimals=3):
     half = stats.t.ppf(1 - ALPHA / 2, n - 1) * sd / np.sqrt(n)
     m = diff.mean()
     if m - half > 0 or m + half < 0:
-        return f"{what}: {name} is {'higher' if m > 0 else 'lower'} than uniform (95% interval excludes 0)"
+        return f"{what}: {name} is {'higher' if m > 0 else 'lower'} than {BASE} (95% interval excludes 0)"
     return f"{what}: not separated: the table could have detected |d| >= {_g(mdd(sd, n), False, decimals)}"
 
 
@@ -601,23 +604,23 @@ def at_wall_clock(d, seconds):
 
 
 def table(results, runs, seeds, config, detect=DETECT_BPD):
-    target = float(np.mean([d["bpd"][-1] for d in results["uniform"]]))
-    budget = float(np.mean([d["total_s"] for d in results["uniform"]]))
-    some = results["uniform"][0]
+    target = float(np.mean([d["bpd"][-1] for d in results[BASE]]))
+    budget = float(np.mean([d["total_s"] for d in results[BASE]]))
+    some = results[BASE][0]
     every = int(some["steps"][1] - some["steps"][0]) if len(some["steps"]) > 1 else "-"
     cmd = "python benchmarks/samplers.py " + " ".join(sys.argv[1:])
     lines = [
         f"`{cmd}`",
         "",
         f"Config {config}, {len(seeds)} seed(s) ({', '.join(map(str, seeds))}) per run, "
-        f"{int(some['steps'][-1])} steps each; mean ± sd over seeds; paired differences to uniform: mean "
+        f"{int(some['steps'][-1])} steps each; mean ± sd over seeds; paired differences to {BASE}: mean "
         f"[95% interval] over seeds, and the minimum detectable difference (MDD: two-sided {ALPHA:g}, "
         f"{POWER:.0%} power, from the observed sd of the differences; seeds: how many would detect "
         f"{detect:g} bits/dim at that sd).",
         "",
-        f"| run | final test bits/dim | FID | KID | steps to uniform's final {some['bpd_key'].split('/')[1]} "
+        f"| run | final test bits/dim | FID | KID | steps to {BASE}'s final {some['bpd_key'].split('/')[1]} "
         f"({target:.3f}) | wall-clock to it (s) | train wall-clock (s) | {some['bpd_key'].split('/')[1]} at "
-        f"uniform's wall-clock ({budget:.0f} s) | Δ bits/dim vs uniform | Δ FID | Δ KID | "
+        f"{BASE}'s wall-clock ({budget:.0f} s) | Δ bits/dim vs {BASE} | Δ FID | Δ KID | "
         f"seeds for {detect:g} bits/dim |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -632,14 +635,12 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
             f"{ms([d['fid_final'] for d in ds], '{:.3f}')} | {ms([d['kid_final'] for d in ds], '{:.4f}')} | "
             f"{reached} | {wall} | {ms([d['total_s'] for d in ds], '{:.0f}')} | "
             f"{ms([at_wall_clock(d, budget) for d in ds], '{:.3f}')} | "
-            + " | ".join(
-                "-" if name == "uniform" else paired(differences(results, name, k), dec) for k, _, dec in METRICS
-            )
-            + f" | {'-' if name == 'uniform' else seeds_cell(differences(results, name, 'final_bpd'), detect)} |"
+            + " | ".join("-" if name == BASE else paired(differences(results, name, k), dec) for k, _, dec in METRICS)
+            + f" | {'-' if name == BASE else seeds_cell(differences(results, name, 'final_bpd'), detect)} |"
         )
-    lines += ["", "Verdicts (paired differences d = run - uniform; 95% intervals; MDD as above):", ""]
+    lines += ["", f"Verdicts (paired differences d = run - {BASE}; 95% intervals; MDD as above):", ""]
     for name, _, _ in runs:
-        if name != "uniform":
+        if name != BASE:
             lines.append(
                 f"- {name}: "
                 + "; ".join(verdict(name, differences(results, name, k), what, dec) for k, what, dec in METRICS)
@@ -675,13 +676,13 @@ def worse_and_rival(results, runs):
     worse = [
         f"{name} {int(np.sum(d > 0))}/{len(d)}"
         for name, _, _ in runs
-        if name != "uniform" and len(d := differences(results, name, "final_bpd"))
+        if name != BASE and len(d := differences(results, name, "final_bpd"))
     ]
-    lines = ["", "Seeds whose final test bits/dim is higher than uniform's (worse): " + ", ".join(worse) + "."]
-    if "adaptive_noise" in results:
+    lines = ["", f"Seeds whose final test bits/dim is higher than {BASE}'s (worse): " + ", ".join(worse) + "."]
+    if "adaptive_noise" in results and BASE != "adaptive_noise":
         lines += ["", "Against the adaptive noise schedule (d = run - adaptive_noise, same seeds):", ""]
         for name, _, _ in runs:
-            if name not in ("uniform", "adaptive_noise"):
+            if name not in (BASE, "adaptive_noise"):
                 d = differences(results, name, "final_bpd", "adaptive_noise")
                 lines.append(f"- {name}: Δ bits/dim {paired(d)}; higher in {int(np.sum(d > 0))}/{len(d)} seeds.")
     return lines
@@ -702,7 +703,7 @@ def estimate_note(results):
     )
     mdds = [
         mdd(d.std(ddof=1), len(d))
-        for d in (differences(results, name, "final_bpd") for name in results if name != "uniform")
+        for d in (differences(results, name, "final_bpd") for name in results if name != BASE)
         if len(d) > 1
     ]
     text = (
@@ -752,20 +753,20 @@ def sizing(out, detect=DETECT_BPD, fraction=DETECT_FRACTION):
     `detect` bits/dim, and for FID and KID a difference of `fraction` of uniform's mean over those seeds. Returns
     the text."""
     found = finished_runs(out)
-    if "uniform" not in found:
-        sys.exit(f"error: --size_from: no finished uniform run in {out} (OUT/uniform_seedS/eval/step_*.json)")
-    uni = {seed: final_metrics(wd) for seed, wd in found["uniform"].items()}
+    if BASE not in found:
+        sys.exit(f"error: --size_from: no finished {BASE} run in {out} (OUT/{BASE}_seedS/eval/step_*.json)")
+    uni = {seed: final_metrics(wd) for seed, wd in found[BASE].items()}
     lines = [
-        f"Sizing from {out}: paired differences d = run - uniform over the seeds both finished; MDD at two-sided "
+        f"Sizing from {out}: paired differences d = run - {BASE} over the seeds both finished; MDD at two-sided "
         f"{ALPHA:g} and {POWER:.0%} power, (t_{{1-a/2,n-1}} + t_{{power,n-1}}) sd_d / sqrt(n), and exactly "
         f"(noncentral t); seeds: the smallest n whose MDD at the observed sd_d is at most the target ({detect:g} "
-        f"bits/dim; FID and KID {fraction:.0%} of uniform's mean).",
+        f"bits/dim; FID and KID {fraction:.0%} of {BASE}'s mean).",
         "",
         "| run | n | metric | mean d | sd_d | MDD | MDD (exact) | target | seeds needed |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, seeds in found.items():
-        if name == "uniform":
+        if name == BASE:
             continue
         common = sorted(set(seeds) & set(uni))
         runs = {seed: final_metrics(seeds[seed]) for seed in common}
@@ -876,7 +877,7 @@ def policy_section(tracks, path):
 def plot(results, runs, path):
     from matplotlib.figure import Figure
 
-    some = results["uniform"][0]
+    some = results[BASE][0]
     fig = Figure(figsize=(11, 4))
     axes = fig.subplots(1, 2)
     for name, _, _ in runs:
@@ -904,6 +905,11 @@ def main():
     ap.add_argument("--runs", default="uniform,adaptive,speed,lognormal,uniform+min_snr")
     ap.add_argument("--config", default="configs/default.py", help="the config file every run starts from (FILE[:ARG])")
     ap.add_argument("--seeds", default="0,1")
+    ap.add_argument(
+        "--baseline",
+        default="uniform",
+        help="the run (one of --runs) every other is paired with: uniform, or e.g. lognormal for EDM's own density",
+    )
     ap.add_argument("--every", type=int, default=250, help="periodic evaluation interval (steps)")
     ap.add_argument("--out", default=os.path.join(ROOT, "workdirs", "bench_samplers"))
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time, each on its own share of the cores")
@@ -941,6 +947,8 @@ def main():
         help="a config override for every run, e.g. train.num_steps=500 (repeatable)",
     )
     args = ap.parse_args()
+    global BASE
+    BASE = args.baseline
     if args.horizon_of:
         return print_horizon(args.horizon_of, args.tol)
     if args.size_from:

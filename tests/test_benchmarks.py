@@ -86,6 +86,26 @@ def test_worse_seeds_and_the_pairs_against_the_adaptive_noise_schedule():
     assert len(worse_and_rival({k: results[k] for k in ("uniform", "adaptive")}, runs[::2])) == 2  # no rival
 
 
+def test_another_baseline_pairs_every_column_with_it(monkeypatch):
+    """--baseline=lognormal (EDM's own density): differences, the worse-seed count and the verdicts are against it."""
+    from benchmarks import samplers
+
+    monkeypatch.setattr(samplers, "BASE", "lognormal")
+    bpd = dict(lognormal=[5.0, 5.1, 4.9], uniform=[5.3, 5.4, 5.2], adaptive_noise=[4.9, 5.2, 4.8])
+    results = {k: [dict(final_bpd=v) for v in vs] for k, vs in bpd.items()}
+    np.testing.assert_allclose(samplers.differences(results, "uniform", "final_bpd"), [0.3, 0.3, 0.3])
+    lines = samplers.worse_and_rival(results, [(k, None, None) for k in bpd])
+    assert (
+        lines[1]
+        == "Seeds whose final test bits/dim is higher than lognormal's (worse): uniform 3/3, adaptive_noise 1/3."
+    )
+    assert samplers.verdict("uniform", np.array([0.3, 0.31, 0.29]), "FID").endswith(
+        "higher than lognormal (95% interval excludes 0)"
+    )
+    with pytest.raises(SystemExit, match="must include lognormal"):
+        samplers.parse_runs("uniform,adaptive")
+
+
 def test_paired_cell_has_interval_and_mdd():
     from benchmarks.samplers import paired
 

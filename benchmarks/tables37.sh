@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Every rival at home (issue 37, item 1): InfoNoise in its own setting. EDM on the digits (configs/edm.py: EDM's
+# preconditioning, its loss weighting, its Heun sampler; the exact probability-flow ODE likelihood), every run
+# paired with EDM's own log-normal density of sigma (--baseline=lognormal): InfoNoise with its fixed gate onset and
+# with the automatic one, the adaptive noise schedule, the learned sampler as it is (its default) and uniform t.
+# Scored by FID/KID (InfoNoise's metric) and the ODE likelihood; steps to log-normal's final bound in the table.
+# One run at a time on one core, resumable (finished runs are skipped; records in benchmarks/records/edm37):
+#   taskset -c 1 bash benchmarks/tables37.sh [OUT]      (OUT: workdirs by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-workdirs}
+arms=lognormal,infonoise,infonoise/gate=auto,adaptive_noise,adaptive,uniform
+edm() { python benchmarks/samplers.py --config=configs/edm.py --baseline=lognormal --every=500 \
+  --out="$out/bench_edm37" --records=benchmarks/records/edm37 "$@"; }
+# 1. The pilot, 3 seeds: sizes the table (python benchmarks/samplers.py --baseline=lognormal
+#    --size_from=$out/bench_edm37) and says whether FID sits at its floor on the digits (then the same arms go on the
+#    latent DiT, where it does not).
+edm --seeds=0,1,2 --runs=$arms
+# 2. The table, 10 seeds; the pilot's 3 are among them (nothing is chosen on them).
+edm --seeds=0,1,2,3,4,5,6,7,8,9 --runs=$arms
