@@ -202,27 +202,25 @@ def restore_checkpoint(workdir, step=None):
         return step, ckptr.restore(path, target)
 
 
-# The files whose tests take longest, longest first: each file's summed test time in a serial run on one core of
-# the development machine (2026-12-05, `taskset -c 0 python -m pytest -q -n0 --durations=100 tests`, 1,760 s in
-# all; test_multihost's includes the shared finished run, 40 s). With `--dist loadfile` a file is one unit of work,
-# and xdist by default queues the files with the most tests first, which left the two multi-process tests to start
-# last, on one worker, while the other waited. Longest first, the long files overlap each other and the short ones
-# fill the gaps.
+# The files whose tests take longest, longest first: each file's summed time of the tests the README's command runs
+# (not those marked slow) in a serial run on one core of the development machine (2026-12-05, `taskset -c 0 python
+# -m pytest -q -n0 --durations=0 tests`, 804 s of them). With `--dist loadfile` a file is one unit of work, and
+# xdist by default queues the files with the most tests first, which can leave a long file to start last, on one
+# worker, while the other waits. Longest first, the long files overlap each other and the short ones fill the gaps.
 SLOW_FILES_FIRST = (
-    "test_multihost.py",  # 200 s
-    "test_faults.py",  # 154 s
-    "test_train.py",  # 129 s
-    "test_resume.py",  # 125 s
-    "test_robustness.py",  # 114 s
-    "test_edm.py",  # 99 s
-    "test_latent.py",  # 93 s
-    "test_eval.py",  # 92 s
-    "test_conditional.py",  # 83 s
-    "test_adaptive_options.py",  # 69 s
-    "test_adaptive.py",  # 67 s
-    "test_continuous.py",  # 54 s
-    "test_notebook.py",  # 45 s
-    "test_published.py",  # 40 s (the compiles: `-m slow`, 190 s)
+    "test_adaptive.py",  # 69 s
+    "test_resume.py",  # 60 s
+    "test_latent.py",  # 57 s
+    "test_edm.py",  # 55 s
+    "test_adaptive_options.py",  # 53 s
+    "test_eval.py",  # 50 s
+    "test_published.py",  # 44 s (the compiles: `-m slow`, 190 s)
+    "test_baselines.py",  # 42 s
+    "test_train.py",  # 40 s
+    "test_continuous.py",  # 40 s
+    "test_conditional.py",  # 39 s
+    "test_main.py",  # 37 s
+    "test_faults.py",  # 36 s
 )
 
 

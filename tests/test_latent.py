@@ -130,6 +130,7 @@ def latent_config(out, ae_dir, steps):
     )
 
 
+@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
 def test_a_latent_transformer_trains_resumes_exactly_samples_and_decodes(encoded, tmp_path):
     from evaluation.evaluate import restore_latest
     from main import run

@@ -24,7 +24,9 @@ WEIGHTING_OF = {
 }
 
 
-@pytest.mark.parametrize("sampler", sorted(WEIGHTING_OF))
+@pytest.mark.parametrize(  # grad_variance's first compile is the file's longest: CI's second job (issue 37)
+    "sampler", [pytest.param(s, marks=pytest.mark.slow) if s == "grad_variance" else s for s in sorted(WEIGHTING_OF)]
+)
 def test_resume_equals_uninterrupted_for_every_sampler(tiny, tmp_path, sampler):
     """6 steps in one go equal 3 steps, an orbax checkpoint restored into a fresh state, and 3 more: bit for bit,
     sampler state and data order included."""
@@ -46,6 +48,7 @@ def test_resume_equals_uninterrupted_for_every_sampler(tiny, tmp_path, sampler):
         assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(init), jax.tree.leaves(full.sampler_state)))
 
 
+@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
 def test_a_run_loading_with_worker_processes_resumes_mid_epoch_exactly(tiny, tmp_path):
     """Steps 0-2, an orbax checkpoint restored into a fresh state, then steps 3-5 from a new iterator, with the batches
     read and flipped in two Grain worker processes: the final state equals that of six steps in one go loading
@@ -56,6 +59,7 @@ def test_a_run_loading_with_worker_processes_resumes_mid_epoch_exactly(tiny, tmp
     chex.assert_trees_all_equal(full, resumed)
 
 
+@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
 def test_a_checkpoint_of_the_learned_samplers_dict_state_resumes(tmp_path):
     """tests/fixtures/legacy_adaptive: a 2-step run's workdir written at commit e8186ea, when the learned sampler's
     state was a dict with keys S, X, y, count (make_legacy_adaptive_checkpoint.py). Today's code restores it into
