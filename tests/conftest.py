@@ -202,7 +202,7 @@ def restore_checkpoint(workdir, step=None):
         return step, ckptr.restore(path, target)
 
 
-# The files whose tests take longest, longest first: each file's summed time of the tests the README's command runs
+# The files whose tests take longest, longest first: each file's summed time of the tests that the default command runs
 # (not those marked slow) in a serial run on one core of the development machine (2026-12-05, `taskset -c 0 python
 # -m pytest -q -n0 --durations=0 tests`, 804 s of them). With `--dist loadfile` a file is one unit of work, and
 # xdist by default queues the files with the most tests first, which can leave a long file to start last, on one
