@@ -61,11 +61,15 @@ confirm="uniform,adaptive,adaptive_noise,$strat"
 strata=(--bound_strata=99 --bound_per_stratum=4)
 python benchmarks/samplers.py --config=configs/default.py --every=500 --out="$out/bench_ddpm36c" \
   --records=benchmarks/records/ddpm36c "${strata[@]}" --seeds=10,11,12,13,14,15,16,17,18,19 --runs=$confirm
-python benchmarks/samplers.py --config=configs/flow.py --every=250 --out="$out/bench_flow36c" \
+# Flow's confirmation evaluates periodically every 500 steps, as DDPM's: at the pilots' 250 it was 22% of a run
+# (flow36/uniform_seed0: 174 s of 799).
+python benchmarks/samplers.py --config=configs/flow.py --every=500 --out="$out/bench_flow36c" \
   --records=benchmarks/records/flow36c --seeds=10,11,12,13,14,15,16,17,18,19 --runs=$confirm
 [ -f latents/mnist/meta.json ] || python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist \
   --output=latents/mnist
-python benchmarks/samplers.py --config=configs/mnist_latent.py:dit --every=500 --out="$out/bench_latent36c" \
+# The latent runs evaluate periodically every 1,000 steps, the config's own interval: at every 500 (the latent
+# table's) the periodic evaluation was a third of a run's 67 minutes (latent22/uniform_seed0: 1,335 s of 4,000).
+python benchmarks/samplers.py --config=configs/mnist_latent.py:dit --every=1000 --out="$out/bench_latent36c" \
   --records=benchmarks/records/latent36c "${strata[@]}" --seeds=4,5,6,7 --runs=$confirm
 # 3b. Does the walk stop short of t = 0? The stratified variant's policy was still moving toward small t when DDPM
 # seed 2's 2,000 steps ended (Beta(0.34, 3.28)): the same seed, twice as long, beside uniform (a recommendation
