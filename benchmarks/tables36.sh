@@ -59,12 +59,12 @@ flow --seeds=0,1,2 --runs=uniform,adaptive_noise,adaptive,$strat
 # the same strata for every run, so the paired differences share them.
 confirm="uniform,adaptive,adaptive_noise,$strat"
 strata=(--bound_strata=99 --bound_per_stratum=4)
-python benchmarks/samplers.py --config=configs/default.py --every=500 --out="$out/bench_ddpm36c" \
-  --records=benchmarks/records/ddpm36c "${strata[@]}" --seeds=10,11,12,13,14,15,16,17,18,19 --runs=$confirm
+ddpm_c() { python benchmarks/samplers.py --config=configs/default.py --every=500 --out="$out/bench_ddpm36c" \
+  --records=benchmarks/records/ddpm36c "${strata[@]}" "$@"; }
+ddpm_c --seeds=10,11,12,13,14,15,16,17,18,19 --runs=$confirm
 # The reference's own settings, on the confirmation's first three seeds (paired with its arms there; the policy's
 # trajectory beside the default's says how much our defaults damp it), before the other settings' confirmations.
-python benchmarks/samplers.py --config=configs/default.py --every=500 --out="$out/bench_ddpm36c" \
-  --records=benchmarks/records/ddpm36c "${strata[@]}" --seeds=10,11,12 --runs=uniform,adaptive,$reference
+ddpm_c --seeds=10,11,12 --runs=uniform,adaptive,$reference
 # Flow's confirmation evaluates periodically every 500 steps, as DDPM's: at the pilots' 250 it was 22% of a run
 # (flow36/uniform_seed0: 174 s of 799).
 python benchmarks/samplers.py --config=configs/flow.py --every=500 --out="$out/bench_flow36c" \
