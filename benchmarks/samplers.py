@@ -62,6 +62,9 @@ run uses the learned sampler, policy.png. Columns:
   estimate (periodic/bpd_T*, the same noise and timesteps for every run and step) at the last step; for each seed the
   first periodic evaluation at or below it, and its train_seconds (training wall-clock without evaluation); mean over
   seeds that reach it, with how many did ("-" when none). Resolution: --every steps.
+- steps to uniform's final FID (when the periodic evaluation scores FID, periodic/fid_N*): the same rule on the
+  periodic FID (fewer samples than the final FID, so a noisier curve; a seed whose FID dips below the target once
+  counts as reaching it there).
 - train wall-clock: train_seconds at the last step, mean over seeds.
 - paired differences to uniform (runs other than uniform): the same seed gives every run the same initialisation of
   the diffusion model and the same data order, so per seed d = run - uniform; mean and a 95% interval over seeds
@@ -460,10 +463,20 @@ def load(wd):
     )
 
 
-def reach(d, target):
-    """(step, train_seconds) of the first periodic evaluation at or below target, or None."""
-    hit = np.nonzero(d["bpd"] <= target)[0]
+def reach(d, target, key="bpd"):
+    """(step, train_seconds) of the first periodic evaluation whose `key` ("bpd" or "fid") is at or below target, or
+    None."""
+    hit = np.nonzero(d[key] <= target)[0]
     return None if len(hit) == 0 else (int(d["steps"][hit[0]]), float(d["train_s"][hit[0]]))
+
+
+def steps_to(ds, target, key="bpd"):
+    """Two table cells for one run's seeds: the mean step at which `key` first reaches target, with how many seeds
+    reached it ("- (0/n)" when none did), and the mean training seconds to it ("-" when none did)."""
+    ok = [h for h in (reach(d, target, key) for d in ds) if h]
+    if not ok:
+        return f"- (0/{len(ds)})", "-"
+    return f"{np.mean([h[0] for h in ok]):.0f} ({len(ok)}/{len(ds)})", f"{np.mean([h[1] for h in ok]):.0f}"
 
 
 def ms(values, fmt):
@@ -624,12 +637,18 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
         f"seeds for {detect:g} bits/dim |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    fid_key = some["fid_key"]
+    if fid_key:  # steps to the baseline's final periodic FID, beside the bound's (the column before the wall-clock)
+        fid_target = float(np.mean([d["fid"][-1] for d in results[BASE]]))
+        name = fid_key.split("/")[1]
+        head = f" | steps to {BASE}'s final {name} ({fid_target:.3f}) | train wall-clock"
+        lines[-2] = lines[-2].replace(" | train wall-clock", head)
+        lines[-1] += "---|"
     for name, _, _ in runs:
         ds = results[name]
-        hits = [reach(d, target) for d in ds]
-        ok = [h for h in hits if h]
-        reached = f"{np.mean([h[0] for h in ok]):.0f} ({len(ok)}/{len(ds)})" if ok else f"- (0/{len(ds)})"
-        wall = f"{np.mean([h[1] for h in ok]):.0f}" if ok else "-"
+        reached, wall = steps_to(ds, target)
+        if fid_key:
+            wall += f" | {steps_to(ds, fid_target, 'fid')[0]}"
         lines.append(
             f"| {name} | {ms([d['final_bpd'] for d in ds], '{:.3f}')} | "
             f"{ms([d['fid_final'] for d in ds], '{:.3f}')} | {ms([d['kid_final'] for d in ds], '{:.4f}')} | "

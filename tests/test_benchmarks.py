@@ -22,6 +22,24 @@ def test_horizon_is_the_first_evaluation_no_later_one_undercuts_by_more_than_tol
     assert horizon(steps, rising, 0.0) == 1500
 
 
+def test_steps_to_a_target_on_the_bound_and_on_fid_from_hand_made_curves():
+    from benchmarks.samplers import steps_to
+
+    def run(bpd, fid):
+        return dict(
+            steps=np.array([500, 1000, 1500]),
+            train_s=np.array([10.0, 20.0, 30.0]),
+            bpd=np.array(bpd),
+            fid=np.array(fid),
+        )
+
+    ds = [run([5.0, 4.8, 4.7], [0.30, 0.20, 0.25]), run([5.1, 4.9, 4.8], [0.40, 0.30, 0.19])]
+    assert steps_to(ds, 4.8) == ("1250 (2/2)", "25")  # first at or below 4.8: step 1000 (20 s), step 1500 (30 s)
+    assert steps_to(ds, 0.2, "fid") == ("1250 (2/2)", "25")  # the second run's FID rises again, then falls to 0.19
+    assert steps_to(ds, 0.195, "fid") == ("1500 (1/2)", "30")
+    assert steps_to(ds, 4.0) == ("- (0/2)", "-")
+
+
 def test_interval_is_students_t_over_replicates():
     x = np.array([0.3, -0.1, 0.2, 0.4, 0.0])
     mean, half = interval(x)
