@@ -284,6 +284,31 @@ def test_a_latent_config_compiles_before_its_latents_exist(capsys):
     assert not os.path.exists(missing)
 
 
+def test_the_latent_edm_variant_is_edm2s_setting_at_the_latents_scale_and_compiles(capsys):
+    """configs/mnist_latent.py:dit,lognormal,edm: sigma_data 1 (unit-std latents), EDM2's latent log-normal moved to
+    that scale (ln sigma ~ N(-0.4 + ln 2, 1)), no learned variance (DiT outputs C channels), Heun; a bad process is
+    one line naming the variant and what is allowed."""
+    import main
+    from config.fields import override
+    from configs import mnist_latent
+
+    c = mnist_latent.get_config("dit,lognormal,edm")
+    assert (c.diffusion.name, c.diffusion.sigma_data, c.sample.method, c.eval.fid.method) == (
+        "edm",
+        1.0,
+        "heun",
+        "heun",
+    )
+    assert c.sampler.lognormal.mean == pytest.approx(0.2931471806) and c.sampler.lognormal.std == 1.0
+    assert "variance" not in c.diffusion
+    missing = f"/nonexistent/latents_{uuid.uuid4().hex}"
+    c = override(c, {"data.path": missing, "model.depth": 1, "model.hidden_size": 32, "train.batch_size": 16})
+    assert main.run(c, None, "compile") == 0
+    assert "train step (every step): lognormal sampler, batch 16," in capsys.readouterr().out
+    with pytest.raises(ValueError, match="PROCESS one of ddpm, edm"):
+        mnist_latent.get_config("dit,lognormal,flow")
+
+
 def test_a_corrupt_record_read_in_a_loader_worker_is_raised_in_the_main_process(tmp_path, tiny):
     from data import CorruptRecord
     from data.folder import FolderSource
