@@ -300,7 +300,7 @@ def test_the_latent_edm_variant_is_edm2s_setting_at_the_latents_scale_and_compil
         "heun",
     )
     assert c.sampler.lognormal.mean == pytest.approx(0.2931471806) and c.sampler.lognormal.std == 1.0
-    assert "variance" not in c.diffusion
+    assert "variance" not in c.diffusion and c.eval.periodic.nll_images == c.eval.nll_images == 200
     missing = f"/nonexistent/latents_{uuid.uuid4().hex}"
     c = override(c, {"data.path": missing, "model.depth": 1, "model.hidden_size": 32, "train.batch_size": 16})
     assert main.run(c, None, "compile") == 0
