@@ -30,11 +30,13 @@ def get_config(variant: str = ""):
         )
     c = default_config(data="digits", model="unet", diffusion="edm", sampler=sampler, weighting=weighting)
     c.train.ema_warmup = True  # as configs/default.py
-    c.sample.method = "heun"
-    c.sample.steps = 18  # EDM's CIFAR-10 sampler: 18 levels, 35 network evaluations
-    c.eval.fid.method = "heun"
-    c.eval.fid.steps = 18
-    c.eval.periodic.method = "heun"
+    return heun_sampling(c)
+
+
+def heun_sampling(c):
+    """EDM's Heun sampler for samples, FID and the periodic evaluation (also configs/mnist_latent.py's edm)."""
+    c.sample.method = c.eval.fid.method = c.eval.periodic.method = "heun"
+    c.sample.steps = c.eval.fid.steps = 18  # EDM's CIFAR-10 sampler: 18 levels, 35 network evaluations
     c.eval.periodic.steps = 10
     c.eval.periodic.nll_timesteps = 20  # Heun steps of the periodic ODE likelihood
     return c

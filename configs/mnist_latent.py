@@ -26,6 +26,7 @@ the adaptive noise schedule and the learned sampler adapt on their own.
 import math
 
 from config.schema import default_config
+from configs.edm import heun_sampling
 
 MODELS = ("dit", "uvit")
 PROCESSES = ("ddpm", "edm")
@@ -70,10 +71,7 @@ def get_config(variant: str = "dit"):
         c.diffusion.sigma_data = 1.0
         c.sampler.lognormal.mean = -0.4 + math.log(2.0)
         c.sampler.lognormal.std = 1.0
-        c.sample.method = c.eval.fid.method = c.eval.periodic.method = "heun"
-        c.sample.steps = c.eval.fid.steps = 18
-        c.eval.periodic.steps = 10
-        c.eval.periodic.nll_timesteps = 20
+        heun_sampling(c)
         c.eval.periodic.nll_images = 200  # the final evaluation's: the ODE likelihood of all 1,000 test latents
         # made each periodic evaluation 105 s, a quarter of a run (benchmarks/tables37.sh)
     return c
