@@ -87,7 +87,8 @@ metrics.jsonl, sampler/policy_density (the policy's mean probability per bin of 
 of its last update, every update_every steps) gives the mean u of the mean density and its total variation distance
 from uniform (density_summary), and sampler/policy_spread the spread across images; policy.png plots the three
 against the training step (one line per seed) and samplers.md gives per run their final values, mean ± sd over
-seeds.
+seeds, the path (mean u and TV at each quarter of the run, each seed's largest TV), and across seeds the correlation
+of the run's average mean u with its paired Δ bits/dim (walk_and_gain: does the direction it went decide the gain?).
 
 Sizing (--size_from=OUT, a finished or partial pilot benchmark): per run found in OUT (its finished workdirs, the
 name read back from the workdir's), over the seeds where it and uniform both finished: mean and sd of d, MDD (both
@@ -840,7 +841,44 @@ def policy_track(wd):
     )
 
 
-def policy_section(tracks, path):
+def trajectory(ts, quarters=4):
+    """The policy's path, not only its end: mean u and TV from uniform at each quarter of the run (the last record at
+    or before step k * last / quarters), mean over seeds, and each seed's largest TV over the run with its step (a
+    policy that moved and came back ends at uniform, as one that never moved does)."""
+    last = min(int(tr["steps"][-1]) for tr in ts)
+    at = [last * k // quarters for k in range(1, quarters + 1)]
+    cells = []
+    for step in at:
+        idx = [np.searchsorted(tr["steps"], step, side="right") - 1 for tr in ts]
+        u = np.mean([tr["mean_u"][i] if i >= 0 else np.nan for tr, i in zip(ts, idx)])
+        tv = np.mean([tr["tv"][i] if i >= 0 else np.nan for tr, i in zip(ts, idx)])
+        cells.append(f"{step}: {u:.2f} / {tv:.3f}")
+    peaks = [f"{tr['tv'].max():.2f} (step {int(tr['steps'][np.argmax(tr['tv'])])})" for tr in ts]
+    return (
+        "path, mean u / TV (mean over seeds) at step "
+        + ", ".join(cells)
+        + "; largest TV per seed: "
+        + ", ".join(peaks)
+        + "."
+    )
+
+
+def walk_and_gain(ts, gains):
+    """Does where the policy went decide what it gained? Across seeds, each run's average of the policy's mean u over
+    its updates (below 0.5: it spent the run tilted toward low noise) against the seed's paired Δ final bits/dim
+    (gains, aligned with ts; None where a seed has no value): Pearson's r, with the pairs. A policy that learned
+    would go the same way in every seed; a walk without signal goes a different way in each, and if the bound then
+    follows the direction, r is large while the walk's mean gain is not."""
+    pairs = [(float(np.mean(tr["mean_u"])), g) for tr, g in zip(ts, gains) if g is not None]
+    text = ", ".join(f"{u:.2f} / {g:+.3f}" for u, g in pairs)
+    if len(pairs) < 3:
+        return f"average mean u / Δ bits/dim per seed: {text}."
+    u, g = np.array(pairs).T
+    r = np.corrcoef(u, g)[0, 1] if u.std() > 0 and g.std() > 0 else float("nan")
+    return f"average mean u over the run / Δ bits/dim vs {BASE} per seed: {text}; Pearson r = {r:.2f} ({len(g)} seeds)."
+
+
+def policy_section(tracks, path, gains=None):
     """Does the policy move? tracks: {run: [policy_track per seed]} of the learned sampler's runs. Writes the figure
     (three panels against the training step: mean u, TV from uniform, spread across images; one line per seed, a
     colour per run) to `path` and returns the markdown: a line per run with the final values, mean ± sd over seeds,
@@ -882,6 +920,9 @@ def policy_section(tracks, path):
             v = np.array([tr[key][-1] for tr in ts])
             finals.append(f"{what} {ms(v, '{:.3f}')} [{', '.join(f'{x:.3f}' for x in v)}]")
         lines.append(f"- {name} ({len(ts)} seed(s), step {int(ts[0]['steps'][-1])}): final " + "; ".join(finals) + ".")
+        lines.append("  " + trajectory(ts))
+        if gains and name in gains:
+            lines.append("  " + walk_and_gain(ts, gains[name]))
     axes[0].axhline(0.5, color="k", lw=0.5, ls="--")
     for ax, (_, title) in zip(axes, panels):
         ax.set_xlabel("training step")
@@ -992,7 +1033,15 @@ def main():
     }
     tracks = {name: ts for name, ts in tracks.items() if all(t is not None for t in ts)}
     if tracks:
-        md += "\n\n" + policy_section(tracks, os.path.join(args.out, "policy.png"))
+        gains = {
+            name: [
+                None if d["final_bpd"] is None or b["final_bpd"] is None else d["final_bpd"] - b["final_bpd"]
+                for d, b in zip(results[name], results[BASE])
+            ]
+            for name in tracks
+            if name != BASE
+        }
+        md += "\n\n" + policy_section(tracks, os.path.join(args.out, "policy.png"), gains)
         written.append(f"{args.out}/policy.png")
     with open(os.path.join(args.out, "samplers.md"), "w") as f:
         f.write(md + "\n")

@@ -240,9 +240,26 @@ def test_policy_figure_and_summary_from_hand_made_metrics(tmp_path):
     # final mean u 0.375 and 0.5 (mean 0.4375), TV 0.2 and 0 (mean 0.1), spread 0.02 and 0.04 (mean 0.03)
     assert line.startswith("- adaptive (2 seed(s), step 60): final mean u 0.438 ± 0.088 [0.375, 0.500];")
     assert "TV from uniform 0.100 ± 0.141 [0.200, 0.000]" in line and "spread 0.030 ± 0.014 [0.020, 0.040]" in line
+    # the path at steps 15, 30, 45, 60: no record yet at 15 (nan), flat at 30 and 45, then the final values' means
+    path = text.splitlines()[text.splitlines().index(line) + 1]
+    assert "step 15: nan / nan, 30: 0.50 / 0.000, 45: 0.50 / 0.000, 60: 0.44 / 0.100;" in path
+    assert path.endswith("largest TV per seed: 0.20 (step 60), 0.00 (step 20).")
     os.makedirs(tmp_path / "uniform_seed0")
     _metrics(tmp_path / "uniform_seed0" / "metrics.jsonl", [], [], [])
     assert policy_track(str(tmp_path / "uniform_seed0")) is None
+
+
+def test_walk_and_gain_correlates_the_direction_with_the_gain():
+    from benchmarks import samplers
+
+    # average mean u 0.25, 0.5, 0.75 (centred -1/4, 0, 1/4) against gains -0.2, 0, 0.1 (mean -1/30, centred -1/6,
+    # 1/30, 2/15): sum of products 1/4 (1/6 + 2/15) = 0.075, r = 0.075 / (sqrt(1/8) sqrt(1/36 + 1/900 + 4/225)) = 0.982
+    ts = [{"mean_u": np.array([0.5, 0.0])}, {"mean_u": np.array([0.5])}, {"mean_u": np.array([1.0, 0.5])}]
+    line = samplers.walk_and_gain(ts, [-0.2, 0.0, 0.1])
+    assert line.startswith("average mean u over the run / Δ bits/dim vs uniform per seed: 0.25 / -0.200, 0.50 / +0.000")
+    assert line.endswith("Pearson r = 0.98 (3 seeds).")
+    # a seed without a value is left out; with fewer than 3 pairs, no r
+    assert "Pearson" not in samplers.walk_and_gain(ts, [-0.2, None, 0.1])
 
 
 def test_runs_of_the_new_samplers_parse():
