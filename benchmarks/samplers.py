@@ -927,9 +927,10 @@ def policy_section(tracks, path, gains=None):
     for ax, (_, title) in zip(axes, panels):
         ax.set_xlabel("training step")
         ax.set_title(title)
-        ax.legend(fontsize=8)
+    handles, labels = axes[0].get_legend_handles_labels()  # one legend under the panels, clear of the lines
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 2), fontsize=8, frameon=False)
     fig.suptitle("the learned sampler's policy over training (one line per seed)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.04 + 0.04 * ((len(labels) + 1) // 2), 1, 1))
     fig.savefig(path, dpi=100)
     return "\n".join(lines)
 
