@@ -870,12 +870,14 @@ def walk_and_gain(ts, gains):
     would go the same way in every seed; a walk without signal goes a different way in each, and if the bound then
     follows the direction, r is large while the walk's mean gain is not."""
     pairs = [(float(np.mean(tr["mean_u"])), g) for tr, g in zip(ts, gains) if g is not None]
-    text = ", ".join(f"{u:.2f} / {g:+.3f}" for u, g in pairs)
+    text = f"average mean u over the run / Δ bits/dim vs {BASE} per seed: " + ", ".join(
+        f"{u:.2f} / {g:+.3f}" for u, g in pairs
+    )
     if len(pairs) < 3:
-        return f"average mean u / Δ bits/dim per seed: {text}."
+        return text + "."
     u, g = np.array(pairs).T
     r = np.corrcoef(u, g)[0, 1] if u.std() > 0 and g.std() > 0 else float("nan")
-    return f"average mean u over the run / Δ bits/dim vs {BASE} per seed: {text}; Pearson r = {r:.2f} ({len(g)} seeds)."
+    return f"{text}; Pearson r = {r:.2f} ({len(g)} seeds)."
 
 
 def policy_section(tracks, path, gains=None):
