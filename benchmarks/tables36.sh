@@ -69,8 +69,9 @@ ddpm_c --seeds=10,11,12 --runs=uniform,adaptive,$reference
 # 0.03, mean u 0.39) and were ahead of uniform in each (-0.036, -0.109, -0.109; our default -0.008), so they become a
 # candidate, chosen on seeds 10-12 (2026-12-05) and confirmed on seeds 13-19, which that choice never saw.
 ddpm_c --seeds=13,14,15,16,17,18,19 --runs=uniform,adaptive,adaptive_noise,$reference
-# Flow's confirmation includes the reference's settings (the candidate of DDPM seeds 10-12, above). It evaluates periodically every 500 steps, as DDPM's: at the pilots' 250 it was 22% of a run
-# (flow36/uniform_seed0: 174 s of 799).
+# Flow's confirmation includes the reference's settings (the candidate of DDPM seeds 10-12, above). It evaluates
+# periodically every 500 steps, as DDPM's: at the pilots' 250 it was 22% of a run (flow36/uniform_seed0: 174 s of
+# 799).
 python benchmarks/samplers.py --config=configs/flow.py --every=500 --out="$out/bench_flow36c" \
   --records=benchmarks/records/flow36c --seeds=10,11,12,13,14,15,16,17,18,19 --runs=$confirm,$reference
 [ -f latents/mnist/meta.json ] || python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist \
