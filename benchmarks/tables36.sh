@@ -39,6 +39,10 @@ python benchmarks/reward.py --config=configs/default.py --out="$out/reward_ddpm"
   --variants=adaptive,adaptive/data_end=exclude,$strat,adaptive/selection=fstat_standardised/data_end=decoder
 python benchmarks/reward.py --config=configs/default.py --out="$out/reward_ddpm_credit" --variants=$credit
 python benchmarks/reward.py --config=configs/flow.py --out="$out/reward_flow" --variants=adaptive,$strat
+[ -f latents/mnist/meta.json ] || python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist \
+  --output=latents/mnist
+python benchmarks/reward.py --config=configs/mnist_latent.py:dit --out="$out/reward_latent" --steps=1000 \
+  --variants=adaptive,$strat
 # 2. pilots, 3 seeds. The diagnosis found per-image signal only in reward=credit, so its variants ran first. On
 # DDPM seed 0 (2026-12-05) both were worse than uniform (4.837 bits/dim): with the entropy target 4.855, with the
 # trust region 5.095 (its mass near t = T, mean u 0.85 at step 1,000, back to uniform by step 2,000); seed 1 of
