@@ -73,6 +73,8 @@ ddpm_c --seeds=10,11,12 --runs=uniform,adaptive,$reference
 # 0.03, mean u 0.39) and were ahead of uniform in each (-0.036, -0.109, -0.109; our default -0.008), so they become a
 # candidate, chosen on seeds 10-12 (2026-12-05) and confirmed on seeds 13-19, which that choice never saw.
 ddpm_c --seeds=13,14,15,16,17,18,19 --runs=uniform,adaptive,adaptive_noise,$reference
+# Confirmed there (2026-12-05): -0.060 [-0.096, -0.024] bits/dim against uniform on seeds 13-19, worse than uniform
+# in none of the 10 seeds, but +0.064 [+0.026, +0.102] behind the adaptive noise schedule.
 # Flow's confirmation includes the reference's settings (the candidate of DDPM seeds 10-12, above). It evaluates
 # periodically every 500 steps, as DDPM's: at the pilots' 250 it was 22% of a run (flow36/uniform_seed0: 174 s of
 # 799).
@@ -82,8 +84,10 @@ python benchmarks/samplers.py --config=configs/flow.py --every=500 --out="$out/b
   --output=latents/mnist
 # The latent runs evaluate periodically every 1,000 steps, the config's own interval: at every 500 (the latent
 # table's) the periodic evaluation was a third of a run's 67 minutes (latent22/uniform_seed0: 1,335 s of 4,000).
+# Their learned arm is the reference's settings, confirmed on DDPM, in place of the stratified variant: worse than
+# uniform in 3 of 10 DDPM seeds, that variant can no longer be recommended whatever the latents say (4.5 h saved).
 python benchmarks/samplers.py --config=configs/mnist_latent.py:dit --every=1000 --out="$out/bench_latent36c" \
-  --records=benchmarks/records/latent36c "${strata[@]}" --seeds=4,5,6,7 --runs=$confirm
+  --records=benchmarks/records/latent36c "${strata[@]}" --seeds=4,5,6,7 --runs=uniform,adaptive,adaptive_noise,$reference
 # 3b. Does the walk stop short of t = 0? The stratified variant's policy was still moving toward small t when DDPM
 # seed 2's 2,000 steps ended (Beta(0.34, 3.28)): the same seed, twice as long, beside uniform (a recommendation
 # needs a policy that does not collapse).
