@@ -34,15 +34,22 @@ credit=adaptive/reward=credit/selection=stratified/data_end=exclude/advantage=no
 # the reference's own settings: the whole batch probed, the full sweep, the full-width policy, its entropy form
 reference=adaptive/probe_batch_size=-1/sweep_stride=1/policy_channels=32:64:128/policy_hidden=256:256
 reference+=/entropy_form=reference
-# 1. the diagnosis (benchmarks/reward.py): the default and the main variants, one seed each
-python benchmarks/reward.py --config=configs/default.py --out="$out/reward_ddpm" \
+# 1. the diagnosis (benchmarks/reward.py): the default and the main variants, one seed each. A diagnosis whose
+# figures are committed (benchmarks/results/reward_NAME.md, copied from OUT/reward_NAME/reward.md) is not run
+# again where its workdir is gone (a clean clone, a new machine): delete that file to run it again.
+diagnose() {
+  local name=$1; shift
+  [ -f "benchmarks/results/reward_$name.md" ] || python benchmarks/reward.py --out="$out/reward_$name" "$@"
+}
+diagnose ddpm --config=configs/default.py \
   --variants=adaptive,adaptive/data_end=exclude,$strat,adaptive/selection=fstat_standardised/data_end=decoder
-python benchmarks/reward.py --config=configs/default.py --out="$out/reward_ddpm_credit" --variants=$credit
-python benchmarks/reward.py --config=configs/flow.py --out="$out/reward_flow" --variants=adaptive,$strat
-[ -f latents/mnist/meta.json ] || python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist \
-  --output=latents/mnist
-python benchmarks/reward.py --config=configs/mnist_latent.py:dit --out="$out/reward_latent" --steps=1000 \
-  --variants=adaptive,$strat
+diagnose ddpm_credit --config=configs/default.py --variants=$credit
+diagnose flow --config=configs/flow.py --variants=adaptive,$strat
+if [ ! -f benchmarks/results/reward_latent.md ]; then
+  [ -f latents/mnist/meta.json ] || python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist \
+    --output=latents/mnist
+  diagnose latent --config=configs/mnist_latent.py:dit --steps=1000 --variants=adaptive,$strat
+fi
 # 2. pilots, 3 seeds. The diagnosis found per-image signal only in reward=credit, so its variants ran first. On
 # DDPM seed 0 (2026-12-05) both were worse than uniform (4.837 bits/dim): with the entropy target 4.855, with the
 # trust region 5.095 (its mass near t = T, mean u 0.85 at step 1,000, back to uniform by step 2,000); seed 1 of
