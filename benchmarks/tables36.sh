@@ -37,6 +37,11 @@ reference+=/entropy_form=reference
 # 1. the diagnosis (benchmarks/reward.py): the default and the main variants, one seed each. A diagnosis whose
 # figures are committed (benchmarks/results/reward_NAME.md, copied from OUT/reward_NAME/reward.md) is not run
 # again where its workdir is gone (a clean clone, a new machine): delete that file to run it again.
+# the embedded MNIST latents that the latent DiT trains on, encoded once
+latents() {
+  [ -f latents/mnist/meta.json ] || python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist \
+    --output=latents/mnist
+}
 diagnose() {
   local name=$1; shift
   [ -f "benchmarks/results/reward_$name.md" ] || python benchmarks/reward.py --out="$out/reward_$name" "$@"
@@ -46,8 +51,7 @@ diagnose ddpm --config=configs/default.py \
 diagnose ddpm_credit --config=configs/default.py --variants=$credit
 diagnose flow --config=configs/flow.py --variants=adaptive,$strat
 if [ ! -f benchmarks/results/reward_latent.md ]; then
-  [ -f latents/mnist/meta.json ] || python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist \
-    --output=latents/mnist
+  latents
   diagnose latent --config=configs/mnist_latent.py:dit --steps=1000 --variants=adaptive,$strat
 fi
 # 2. pilots, 3 seeds. The diagnosis found per-image signal only in reward=credit, so its variants ran first. On
@@ -87,8 +91,7 @@ ddpm_c --seeds=13,14,15,16,17,18,19 --runs=uniform,adaptive,adaptive_noise,$refe
 # 799).
 python benchmarks/samplers.py --config=configs/flow.py --every=500 --out="$out/bench_flow36c" \
   --records=benchmarks/records/flow36c --seeds=10,11,12,13,14,15,16,17,18,19 --runs=$confirm,$reference
-[ -f latents/mnist/meta.json ] || python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist \
-  --output=latents/mnist
+latents
 # The latent runs evaluate periodically every 1,000 steps, the config's own interval: at every 500 (the latent
 # table's) the periodic evaluation was a third of a run's 67 minutes (latent22/uniform_seed0: 1,335 s of 4,000).
 # Their learned arm is the reference's settings, confirmed on DDPM, in place of the stratified variant: worse than
