@@ -441,6 +441,7 @@ def load_curve(wd):
         fid=np.array([r.get(fid_key, np.nan) for r in per]) if fid_key else None,
         train_s=np.array([r["train_seconds"] for r in per]),
         total_s=last["train_seconds"],
+        periodic_s=sum(r.get("periodic/seconds", 0.0) for r in per),
         bpd_key=key,
         fid_key=fid_key,
     )
@@ -457,6 +458,7 @@ def load(wd):
     return dict(
         load_curve(wd),
         bench_s=sum(bench.values()),
+        eval_s=bench.get("eval", 0.0),
         final_bpd=ev["nll_bpd"]["value"],
         fid_final=ev["fid"].get("fid"),
         kid_final=ev["fid"].get("kid"),
@@ -680,14 +682,28 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
     note = estimate_note(results)
     if note:
         lines += ["", note]
-    total = sum(d["bench_s"] for ds in results.values() for d in ds)
-    if total:
-        lines += [
-            "",
-            f"Compute: the runs' wall-clock (train and eval, bench_seconds.json) sums to {total / 3600:.2f} h "
-            "(with --jobs=N the benchmark's elapsed time is about 1/N of it).",
-        ]
+    note = compute_note(results)
+    if note:
+        lines += ["", note]
     return "\n".join(lines)
+
+
+def compute_note(results):
+    """The line on the table's compute: the runs' summed wall-clock and the share of it spent evaluating, the final
+    evaluation (the eval process) and the periodic ones (periodic/seconds, inside the train process). "" when no run
+    has its wall-clock."""
+    ds = [d for ds in results.values() for d in ds]
+    total = sum(d["bench_s"] for d in ds)
+    if not total:
+        return ""
+    final = sum(d["eval_s"] for d in ds) / total
+    periodic = sum(d["periodic_s"] for d in ds) / total
+    return (
+        f"Compute: the runs' wall-clock (train and eval, bench_seconds.json) sums to {total / 3600:.2f} h "
+        "(with --jobs=N the benchmark's elapsed time is about 1/N of it); evaluation "
+        f"{100 * (final + periodic):.1f}% of it: the final evaluation {100 * final:.1f}%, the periodic ones "
+        f"{100 * periodic:.1f}%."
+    )
 
 
 def worse_and_rival(results, runs):

@@ -388,3 +388,28 @@ def test_after_a_failed_run_no_other_run_starts(tmp_path):
         run_all(str(tmp_path), runs, [0, 1, 2], args)
     started = sorted(p.name for p in tmp_path.iterdir() if (p / "train.log").exists())
     assert started == ["adaptive_seed0", "uniform_seed0"], started
+
+
+def test_compute_note_gives_the_evaluation_share_of_hand_made_runs(tmp_path):
+    """The final evaluation (bench_seconds' eval) and the periodic ones (periodic/seconds in metrics.jsonl) as shares
+    of the runs' summed wall-clock: 200 s and 100 s of 1,000 s."""
+    import json
+
+    from benchmarks.samplers import compute_note, load
+
+    results = {}
+    for name, train, final, periodic in (("uniform", 300.0, 100.0, (20.0, 30.0)), ("adaptive", 500.0, 100.0, (50.0,))):
+        wd = tmp_path / name
+        os.makedirs(wd / "eval")
+        rows = [
+            {"step": 100 * (i + 1), "periodic/bpd_T20": 4.0, "periodic/seconds": p, "train_seconds": 1.0 + i}
+            for i, p in enumerate(periodic)
+        ]
+        (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (wd / "bench_seconds.json").write_text(json.dumps({"train": train, "eval": final}))
+        (wd / "eval" / "step_200.json").write_text(json.dumps(dict(nll_bpd=dict(value=4.0), fid=dict(fid=1.0))))
+        results[name] = [load(str(wd))]
+    note = compute_note(results)
+    assert "sums to 0.28 h" in note
+    assert note.endswith("evaluation 30.0% of it: the final evaluation 20.0%, the periodic ones 10.0%.")
+    assert compute_note({"uniform": [dict(results["uniform"][0], bench_s=0.0)]}) == ""
