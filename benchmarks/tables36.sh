@@ -34,14 +34,14 @@ credit=adaptive/reward=credit/selection=stratified/data_end=exclude/advantage=no
 # the reference's own settings: the whole batch probed, the full sweep, the full-width policy, its entropy form
 reference=adaptive/probe_batch_size=-1/sweep_stride=1/policy_channels=32:64:128/policy_hidden=256:256
 reference+=/entropy_form=reference
-# 1. the diagnosis (benchmarks/reward.py): the default and the main variants, one seed each. A diagnosis whose
-# figures are committed (benchmarks/results/reward_NAME.md, copied from OUT/reward_NAME/reward.md) is not run
-# again where its workdir is gone (a clean clone, a new machine): delete that file to run it again.
 # the embedded MNIST latents that the latent DiT trains on, encoded once
 latents() {
   [ -f latents/mnist/meta.json ] || python -m data.encode_latents --dataset=mnist --autoencoder=embedded:mnist \
     --output=latents/mnist
 }
+# 1. the diagnosis (benchmarks/reward.py): the default and the main variants, one seed each. A diagnosis whose
+# figures are committed (benchmarks/results/reward_NAME.md, copied from OUT/reward_NAME/reward.md) is not run
+# again where its workdir is gone (a clean clone, a new machine): delete that file to run it again.
 diagnose() {
   local name=$1; shift
   [ -f "benchmarks/results/reward_$name.md" ] || python benchmarks/reward.py --out="$out/reward_$name" "$@"
