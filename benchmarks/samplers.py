@@ -34,6 +34,14 @@ their sum (the benchmark's own process writes it: to stop a benchmark, stop main
 see it end, else the runs' last seconds go uncounted). The output of main.py goes to train.log and eval.log as it
 runs, a resumed run's after the earlier one's.
 
+Compilation cache (--compilation_cache=DIR, default OUT/jax_cache; `off` for none): every main.py of the benchmark
+runs with JAX's persistent compilation cache in DIR (JAX_COMPILATION_CACHE_DIR, every program cached), so that only
+the first run of a table compiles a program and the others read it back: the evaluation programs are the same in
+every run of a table, the train step in every seed of a run. The numbers are the same with or without it (an
+executable read back is the one compiled; the flow table's seed-11 evaluation gave identical bits/dim and FID
+either way); the wall-clock is not: a table's runs before 2026-12-06 ran without it
+(docs/benchmarks.md#the-bound-estimate-in-the-tables-2026-12-04 gives the difference).
+
 Records (--records=DIR): a table of many seeds outlives the machine it started on. A finished run's record is the
 few files the table is built from (RECORD_FILES: its config, metrics.jsonl, bench_seconds.json and eval JSONs; no
 checkpoint; 50 to 90 kB for a DDPM run of 2,000 steps). With --records, each run's record is copied to
@@ -264,6 +272,20 @@ def restore_records(records, out):
         shutil.copytree(src, dest)
         restored.append(entry)
     return restored
+
+
+def cache_env(cache, out):
+    """The environment settings that give every main.py of a benchmark JAX's persistent compilation cache in `cache`
+    (--compilation_cache; "" for OUT/jax_cache), or turn it off ("off", even where the environment turned it on)."""
+    if cache == "off":
+        return {"JAX_ENABLE_COMPILATION_CACHE": "false"}
+    return {
+        "JAX_ENABLE_COMPILATION_CACHE": "true",
+        "JAX_COMPILATION_CACHE_DIR": os.path.abspath(cache or os.path.join(out, "jax_cache")),
+        # every program, however small or quick to compile (JAX's defaults skip those under 1 s)
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
 
 
 def check_bound_flags(args):
@@ -1019,6 +1041,12 @@ def main():
         "--bound_per_stratum", type=int, default=2, metavar="M", help="draws per stratum with --bound_strata"
     )
     ap.add_argument(
+        "--compilation_cache",
+        default="",
+        metavar="DIR",
+        help="JAX's persistent compilation cache for every run (default OUT/jax_cache; off: none)",
+    )
+    ap.add_argument(
         "--set",
         action="append",
         default=[],
@@ -1036,6 +1064,7 @@ def main():
     check_bound_flags(args)
     seeds = [int(s) for s in args.seeds.split(",")]
     os.makedirs(args.out, exist_ok=True)
+    os.environ.update(cache_env(args.compilation_cache, args.out))  # main.py's of every run inherit it
     if args.records:
         restored = restore_records(args.records, args.out)
         if restored:

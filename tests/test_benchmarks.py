@@ -413,3 +413,23 @@ def test_compute_note_gives_the_evaluation_share_of_hand_made_runs(tmp_path):
     assert "sums to 0.28 h" in note
     assert note.endswith("evaluation 30.0% of it: the final evaluation 20.0%, the periodic ones 10.0%.")
     assert compute_note({"uniform": [dict(results["uniform"][0], bench_s=0.0)]}) == ""
+
+
+def test_compilation_cache_settings_reach_a_child_jax_process(tmp_path):
+    """cache_env: a child JAX process with the default settings writes its compiled program into OUT/jax_cache, even
+    one that compiles in well under JAX's 1 s default threshold; with `off` it writes none, though its environment
+    names a cache directory (as conftest.py's does)."""
+    import subprocess
+    import sys
+
+    from benchmarks.samplers import cache_env
+
+    code = "import jax, jax.numpy as jnp; print(float(jax.jit(lambda x: (x * 2 + 1).sum())(jnp.ones(3))))"
+    out, other = tmp_path / "out", tmp_path / "inherited"
+    for cache, where in (("", out / "jax_cache"), ("off", other)):
+        env = {**os.environ, "JAX_COMPILATION_CACHE_DIR": str(other), **cache_env(cache, str(out))}
+        assert env["JAX_COMPILATION_CACHE_DIR"] == str(where)
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and r.stdout.strip() == "9.0", r.stderr[-2000:]
+        written = list(where.rglob("*")) if where.exists() else []
+        assert bool(written) == (cache != "off"), (cache, written)
