@@ -39,8 +39,8 @@ runs with JAX's persistent compilation cache in DIR (JAX_COMPILATION_CACHE_DIR, 
 the first run of a table compiles a program and the others read it back: the evaluation programs are the same in
 every run of a table, the train step in every seed of a run. The numbers are the same with or without it (an
 executable read back is the one compiled; the flow table's seed-11 evaluation gave identical bits/dim and FID
-either way); the wall-clock is not: a table's runs before 2026-12-06 ran without it
-(docs/benchmarks.md#the-bound-estimate-in-the-tables-2026-12-04 gives the difference).
+either way); the wall-clock is not: runs started before this option (2026-12-06) ran without it
+(docs/benchmarks.md#the-bound-estimate-in-the-tables-2026-12-04 names them and gives the difference).
 
 Records (--records=DIR): a table of many seeds outlives the machine it started on. A finished run's record is the
 few files the table is built from (RECORD_FILES: its config, metrics.jsonl, bench_seconds.json and eval JSONs; no
