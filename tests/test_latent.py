@@ -44,6 +44,7 @@ def encoded(tmp_path_factory):
     return root, ae_dir, out, meta
 
 
+@pytest.mark.slow  # with the 30 s encoding fixture, over 20 s: CI's second job (issue 37)
 def test_the_embedded_autoencoder_round_trips_through_the_diffusers_format(encoded):
     _, ae_dir, _, _ = encoded
     with open(os.path.join(ae_dir, "config.json")) as f:
@@ -63,6 +64,7 @@ def test_the_embedded_autoencoder_round_trips_through_the_diffusers_format(encod
     assert rec.shape == x.shape and float(jnp.max(jnp.abs(rec))) <= 1.0
 
 
+@pytest.mark.slow  # with the 30 s encoding fixture, over 20 s: CI's second job (issue 37)
 def test_encoding_writes_latents_and_flipped_copies_and_resumes(encoded, tmp_path):
     root, ae_dir, out, meta = encoded
     assert meta["latent_shape"] == [7, 7, 4] and meta["num_classes"] == 10 and meta["flipped"]

@@ -24,8 +24,11 @@ WEIGHTING_OF = {
 }
 
 
-@pytest.mark.parametrize(  # grad_variance's first compile is the file's longest: CI's second job (issue 37)
-    "sampler", [pytest.param(s, marks=pytest.mark.slow) if s == "grad_variance" else s for s in sorted(WEIGHTING_OF)]
+SLOW = ("grad_variance", "adaptive")  # the two programs each of these compile, over 20 s: CI's second job (issue 37)
+
+
+@pytest.mark.parametrize(
+    "sampler", [pytest.param(s, marks=pytest.mark.slow) if s in SLOW else s for s in sorted(WEIGHTING_OF)]
 )
 def test_resume_equals_uninterrupted_for_every_sampler(tiny, tmp_path, sampler):
     """6 steps in one go equal 3 steps, an orbax checkpoint restored into a fresh state, and 3 more: bit for bit,
