@@ -145,7 +145,7 @@ def test_a_disk_that_fills_during_a_checkpoint_write_is_one_line_and_the_next_ru
         assert steps_in(wd)[-1] == 6 and not [d for d in os.listdir(os.path.join(wd, "checkpoints")) if "tmp" in d]
 
 
-@pytest.mark.slow  # the only test of the default job that needed the 30 s fixture: CI's second job (issue 37)
+@pytest.mark.slow  # the fixture's one user outside the slow job, which pays its 30 s run: CI's second job (issue 37)
 def test_a_workdir_with_checkpoints_but_no_run_config_is_refused(two_checkpoints, tmp_path):
     wd = str(tmp_path / "wd")
     shutil.copytree(two_checkpoints, wd)
