@@ -24,7 +24,8 @@ WEIGHTING_OF = {
 }
 
 
-SLOW = ("grad_variance", "adaptive")  # the two programs each of these compile, over 20 s: CI's second job (issue 37)
+# over 20 s (the two programs of the first two) or near it (the last two): CI's second job (issue 37)
+SLOW = ("grad_variance", "adaptive", "infonoise", "loss_second_moment")
 
 
 @pytest.mark.parametrize(

@@ -113,6 +113,7 @@ def test_sharded_parameters_give_the_same_results_and_checkpoint(tiny, tmp_path)
     mngr.close()
 
 
+@pytest.mark.slow  # two 3-step runs, over 20 s: CI's second job (issue 37)
 def test_bfloat16_compute_is_finite_and_close_and_the_bound_stays_float32(tiny):
     import jax.numpy as jnp
 
@@ -139,6 +140,7 @@ def test_bfloat16_compute_is_finite_and_close_and_the_bound_stays_float32(tiny):
     np.testing.assert_array_equal(np.asarray(terms[0]), np.asarray(terms[1]))
 
 
+@pytest.mark.slow  # an 8-device compile, over 20 s: CI's second job (issue 37)
 def test_compiled_step_shards_the_sweep_and_has_no_host_round_trips(tiny):
     """The 8-device adaptive step (a 200-timestep sweep, no chunking): every forward convolution runs on at most
     ceil(200 / 8) = 25 rows per device (the whole grid on every device before), and the step has no host callback,
