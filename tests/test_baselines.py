@@ -703,3 +703,53 @@ def test_uncertainty_weighting_trains_in_the_step_and_resumes_exactly(tmp_path):
     assert "weighting" in full.params and "weighting" in full.ema_params
     init = jax.device_get(initial_state(setup).params["weighting"]["w"])
     assert np.abs(full.params["weighting"]["w"] - init).max() > 1e-4
+
+
+def test_beta_cell_masses_and_weights_by_hand():
+    """Beta(2, 1) of t / T has CDF u^2, so step t's cell [t/T, (t+1)/T) holds (2t + 1) / T^2; a uniform floor m mixes
+    in m / T; with importance weights each weight is 1 / (T p(t)), without them 1; Beta(1, 1) is uniform (to float64 rounding)."""
+    over = {"sampler.name": "beta", "sampler.beta.a": 2.0, "sampler.beta.b": 1.0, "sampler.beta.uniform_mix": 0.2}
+    c = config(**over, **{"sampler.beta.importance_weights": True})
+    sampler = make_sampler(c.sampler, DDPM(make_schedule("linear", T)), c.train.batch_size)
+    t_all = np.arange(T)
+    want = 0.8 * (2 * t_all + 1) / T**2 + 0.2 / T
+    np.testing.assert_allclose(sampler.p64, want, rtol=1e-12)
+    N = 50_000
+    t, w, _ = jax.jit(sampler.sample)({}, jax.random.PRNGKey(5), jnp.zeros((N, 1)))
+    t, w = np.asarray(t), np.asarray(w, np.float64)
+    np.testing.assert_allclose(w, 1 / (T * want[t]), rtol=1e-5)
+    hist = np.bincount(t * 4 // T, minlength=4) / N
+    quarters = [0.8 * ((q + 1) ** 2 - q**2) / 16 + 0.05 for q in range(4)]
+    np.testing.assert_allclose(hist, quarters, atol=4 * math.sqrt(0.25 / N))
+    plain = make_sampler(config(**over).sampler, DDPM(make_schedule("linear", T)), 16)
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(plain.sample)({}, jax.random.PRNGKey(5), jnp.zeros((64, 1)))[1]), 1
+    )
+    flat = config(**{"sampler.name": "beta"})
+    np.testing.assert_allclose(make_sampler(flat.sampler, DDPM(make_schedule("linear", T)), 16).p64, 1 / T, rtol=1e-12)
+
+
+def test_beta_in_continuous_time_draws_exactly_and_weights_by_its_density():
+    """Flow matching: t ~ Beta(0.5, 2), density 0.75 t^-1/2 (1 - t) (B(1/2, 2) = 4/3); the weighted mean of t^2 is
+    the uniform one, 1/3, and the unweighted mean of t is 0.5 / 2.5; the mirror image Beta(2, 0.5) never gives t = 1."""
+    c = flow_config(**{"sampler.name": "beta", "sampler.beta.a": 0.5, "sampler.beta.b": 2.0})
+    c.sampler.beta.importance_weights = True
+    process = make_process(c.diffusion)
+    sampler = make_sampler(c.sampler, process, 16)
+    N = 200_000
+    t, w, _ = jax.jit(sampler.sample)({}, jax.random.PRNGKey(2), jnp.zeros((N, 1)))
+    t, w = np.asarray(t, np.float64), np.asarray(w, np.float64)
+    inside = t > 1e-3  # where float32 keeps the weight's relative error small
+    np.testing.assert_allclose(w[inside], 1 / (0.75 * t[inside] ** -0.5 * (1 - t[inside])), rtol=1e-4)
+    assert abs(t.mean() - 0.2) < 4 * t.std() / math.sqrt(N)
+    est = w * t**2
+    assert abs(est.mean() - 1 / 3) < 4 * est.std() / math.sqrt(N)
+    mirror = flow_config(**{"sampler.name": "beta", "sampler.beta.a": 2.0, "sampler.beta.b": 0.5})
+    t, _, _ = jax.jit(make_sampler(mirror.sampler, process, 16).sample)({}, jax.random.PRNGKey(2), jnp.zeros((N, 1)))
+    assert float(jnp.max(t)) < 1.0 and float(jnp.mean(t > 0.999)) > 0.01
+
+
+@pytest.mark.parametrize("field,value", [("a", 0.0), ("b", -1.0), ("uniform_mix", 1.0)])
+def test_beta_refuses_parameters_out_of_range(field, value):
+    with pytest.raises(ConfigError, match=rf"sampler\.beta\.{field}"):
+        config(**{"sampler.name": "beta", f"sampler.beta.{field}": value})

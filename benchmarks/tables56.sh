@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# How much can a choice of time distribution gain? The ceiling of a static weighting (docs/benchmarks.md): a grid of
+# fixed Beta distributions of t / T (samplers/beta.py, no importance weights: each one re-weights the objective), on
+# DDPM and flow matching, 3 pilot seeds, beside uniform and the adaptive noise schedule of the same seeds. The grid's
+# points are the ends the learned policy's walks reached on the pilots of the last tables (Beta(0.5, 2) on flow,
+# Beta(0.34, 3.3) on DDPM seed 2: docs/benchmarks.md#making-the-policy-learn) and their mirror images toward t = T.
+# Uniform and the schedule run again here rather than being copied from benchmarks/records/ddpm36 and flow36: those
+# ran on another machine (XLA's CPU code differs between processors) and DDPM's final bound there is the full bound,
+# here its stratified estimate, as in the confirmation tables.
+# One run at a time on one core, resumable (finished runs are skipped; records in benchmarks/records/{ddpm56,flow56}
+# let a clean clone continue):
+#   taskset -c 1 bash benchmarks/tables56.sh [OUT]      (OUT: workdirs by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-workdirs}
+grid="uniform,beta/a=0.5/b=2.0,beta/a=0.34/b=3.3,adaptive_noise,beta/a=2.0/b=0.5,beta/a=3.3/b=0.34"
+python benchmarks/samplers.py --config=configs/default.py --every=500 --out="$out/bench_ddpm56" \
+  --records=benchmarks/records/ddpm56 --bound_strata=99 --bound_per_stratum=4 --seeds=0,1,2 --runs=$grid
+python benchmarks/samplers.py --config=configs/flow.py --every=500 --out="$out/bench_flow56" \
+  --records=benchmarks/records/flow56 --seeds=0,1,2 --runs=$grid
