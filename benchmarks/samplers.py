@@ -847,7 +847,7 @@ def sizing(out, detect=DETECT_BPD, fraction=DETECT_FRACTION):
 
 def density_summary(density):
     """(mean u, total variation from uniform) of the policy's mean density over B equal bins of normalised t (u =
-    t / T on the DDPM chain, u = t in continuous time; samplers/adaptive.py bins_mass): density [..., B] of bin
+    t / T on the DDPM chain, u = t in continuous time; samplers/policy.py bins_mass): density [..., B] of bin
     masses, normalised to sum to 1. Mean u = sum_b p_b (b + 1/2) / B (bin centres: within 1 / (2B) of the mean of the
     density itself); TV = 1/2 sum_b |p_b - 1/B|, in [0, 1 - 1/B] (0: uniform; uniform over timesteps gives exactly
     1/B per bin when B divides T, as the default 50 bins of 1,000 timesteps do; the Beta(1, 1) policy on the DDPM

@@ -7,11 +7,11 @@ q(u) = (1 - m) Beta(u; a, b) + m, with `uniform_mix` m in [0, 1) as a uniform fl
 - with `importance_weights` each example's loss is multiplied by u(t) / q(t) (uniform density over its density),
   which keeps the uniform objective and changes only the variance of its estimate.
 
-On the chain, step t receives the q-mass of its "floor" cell [t / T, (t + 1) / T) (diffusion/time.py), the
-regularised incomplete beta function I_u(a, b) differenced at the cell edges (in float64), and t is drawn by inverse
-CDF over that table; the weight is 1 / (T p(t)). So Beta(1, 1) gives uniform steps (to float64 rounding). The learned policy rounds
-its u to the nearest step, round(u (T - 1)) (samplers/adaptive.py): a fixed Beta(a, b) here is its density up to
-that half-step shift of the cells, which matters only at the two ends.
+On the chain, step t receives the q-mass of its "floor" cell [t / T, (t + 1) / T) (diffusion/time.py), the regularised
+incomplete beta function I_u(a, b) differenced at the cell edges (in float64), and t is drawn by inverse CDF over that
+table; the weight is 1 / (T p(t)). So Beta(1, 1) gives uniform steps (to float64 rounding). The learned policy rounds
+its u to the nearest step, round(u (T - 1)) (samplers/adaptive.py): a fixed Beta(a, b) here is its density up to that
+half-step shift of the cells, which matters only at the two ends.
 
 In continuous time t is drawn exactly (jax.random.beta, with probability m a uniform draw instead) and kept below 1
 (the largest float32 under 1): the mirror images Beta(b, a) with b < 1 put real mass within 6e-8 of 1, where flow

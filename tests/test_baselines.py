@@ -707,7 +707,8 @@ def test_uncertainty_weighting_trains_in_the_step_and_resumes_exactly(tmp_path):
 
 def test_beta_cell_masses_and_weights_by_hand():
     """Beta(2, 1) of t / T has CDF u^2, so step t's cell [t/T, (t+1)/T) holds (2t + 1) / T^2; a uniform floor m mixes
-    in m / T; with importance weights each weight is 1 / (T p(t)), without them 1; Beta(1, 1) is uniform (to float64 rounding)."""
+    in m / T; with importance weights each weight is 1 / (T p(t)), without them 1; Beta(1, 1) is uniform (to float64
+    rounding)."""
     over = {"sampler.name": "beta", "sampler.beta.a": 2.0, "sampler.beta.b": 1.0, "sampler.beta.uniform_mix": 0.2}
     c = config(**over, **{"sampler.beta.importance_weights": True})
     sampler = make_sampler(c.sampler, DDPM(make_schedule("linear", T)), c.train.batch_size)

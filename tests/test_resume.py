@@ -74,7 +74,7 @@ def test_a_checkpoint_of_the_learned_samplers_dict_state_resumes(tmp_path):
     from fixtures.make_legacy_adaptive_checkpoint import OVERRIDES
 
     from conftest import restore_checkpoint
-    from samplers.adaptive import PolicyState
+    from samplers.policy_state import PolicyState
     from training import checkpoint as ckpt
     from training.setup import build
 

@@ -308,7 +308,7 @@ def restore(mngr, step: int, abstract_state, workdir: str):
 
 def _legacy_target(meta, abstract_state):
     """The restore target for a checkpoint whose sampler state has an older layout, or None: a sampler state class
-    with to_legacy / from_legacy / is_legacy (samplers/adaptive.py PolicyState, once a dict of short keys) is
+    with to_legacy / from_legacy / is_legacy (samplers/policy_state.py PolicyState, once a dict of short keys) is
     restored as that dict and converted."""
     sampler_state = getattr(abstract_state, "sampler_state", None)
     if not hasattr(sampler_state, "to_legacy"):
