@@ -754,3 +754,36 @@ def test_beta_in_continuous_time_draws_exactly_and_weights_by_its_density():
 def test_beta_refuses_parameters_out_of_range(field, value):
     with pytest.raises(ConfigError, match=rf"sampler\.beta\.{field}"):
         config(**{"sampler.name": "beta", f"sampler.beta.{field}": value})
+
+
+@pytest.mark.parametrize("variance", ["fixed_large", "fixed_small"])
+def test_likelihood_weighting_is_the_bounds_own_weight_of_the_eps_mse(variance):
+    """The Gaussian KL of the bound at t (diffusion/ddpm.py kl_terms_bpd) minus its value for a perfect prediction is
+    w_eps(t) mean (eps - eps_hat)^2 / ln 2 at every t, t = 0 included; the table is w_eps normalised to mean 1, and on
+    the x0 target it weighs the x0-MSE by w_eps SNR (the same objective), normalised alike."""
+    from weightings.likelihood import bound_weights_eps
+
+    process = DDPM(make_schedule("linear", T), variance=variance)
+    w = bound_weights_eps(process)
+    rng = np.random.default_rng(0)
+    x0 = jnp.asarray(rng.uniform(-1, 1, (5, 4, 4, 1)), jnp.float32)
+    noise = jnp.asarray(rng.normal(size=(5, 4, 4, 1)), jnp.float32)
+    out = noise + 0.3 * jnp.asarray(rng.normal(size=(5, 4, 4, 1)), jnp.float32)
+    t = jnp.asarray(TS, jnp.int32)
+    xt = process.q_sample(x0, t, noise)
+    kl = np.asarray(process.kl_terms_bpd(x0, xt, t, out), np.float64)
+    kl_perfect = np.asarray(process.kl_terms_bpd(x0, xt, t, noise), np.float64)
+    mse = np.asarray(jnp.mean((out - noise) ** 2, axis=(1, 2, 3)), np.float64)
+    np.testing.assert_allclose(kl - kl_perfect, w[list(TS)] * mse / math.log(2), rtol=2e-3)
+    # by hand at t = 500: beta^2 / (2 beta (1 - beta) (1 - alpha_bar)) with fixed_large's sigma^2 = beta
+    if variance == "fixed_large":
+        beta = 1e-4 + (0.02 - 1e-4) * 500 / (T - 1)
+        assert w[500] == pytest.approx(beta / (2 * (1 - beta) * (1 - alpha_bar_by_hand("linear", 500))), rel=1e-9)
+    c = config(**{"weighting.name": "likelihood", "diffusion.variance": variance})
+    table = weights_of(c)
+    np.testing.assert_allclose(table, w / w.mean(), rtol=1e-6)
+    x0_table = weights_of(
+        config(**{"weighting.name": "likelihood", "diffusion.variance": variance, "diffusion.target": "x0"})
+    )
+    x0_weight = w * process.snr_np()
+    np.testing.assert_allclose(x0_table, x0_weight / x0_weight.mean(), rtol=1e-5)

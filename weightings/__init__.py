@@ -8,7 +8,7 @@ same interface whose `loss` reads its parameters from the model's variables and 
 Adding one: a module registered with `@WEIGHTINGS.register` (docs/extending.md#a-weighting); import it here to ship it.
 """
 
-from weightings import min_snr, none, p2, speed, uncertainty
+from weightings import likelihood, min_snr, none, p2, speed, uncertainty
 from weightings.base import WEIGHTINGS, Weighting
 
 
@@ -18,4 +18,4 @@ def make_weighting(weighting_cfg, process):
     return WEIGHTINGS[weighting_cfg.name].applied(WEIGHTINGS.own_config(weighting_cfg), process)
 
 
-__all__ = ["Weighting", "WEIGHTINGS", "make_weighting", "min_snr", "none", "p2", "speed", "uncertainty"]
+__all__ = ["Weighting", "WEIGHTINGS", "make_weighting", "likelihood", "min_snr", "none", "p2", "speed", "uncertainty"]
