@@ -787,3 +787,46 @@ def test_likelihood_weighting_is_the_bounds_own_weight_of_the_eps_mse(variance):
     )
     x0_weight = w * process.snr_np()
     np.testing.assert_allclose(x0_table, x0_weight / x0_weight.mean(), rtol=1e-5)
+
+
+def test_beta_search_moves_theta_by_the_abba_rounds_by_hand():
+    """Window ends every step (window=1); a rows function whose every row is the parameters' value v makes the probe's
+    bound B = v T (the strata's cells sum to T). After step 0 (the first window's end: probe captured, no reduction)
+    four windows with reductions r = (3, 1, 1, 2) end an even round: ABBA gives r_+ = 3 + 2, r_- = 1 + 1, g = 3/7,
+    theta += step g delta; the next round's order is BAAB, so (1, 3, 3, 1) gives r_+ = 6, r_- = 2, g = 1/2 again in
+    the direction of the + windows. Between, the windows' parameters are theta + sigma s_j delta."""
+    c = config(
+        **{"sampler.name": "beta_search", "sampler.beta_search.window": 1, "sampler.beta_search.probe_images": 4}
+    )
+    sampler = make_sampler(c.sampler, DDPM(make_schedule("linear", T)), 16)
+    x0 = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (16, 4, 4, 1)), jnp.float32)
+    rows_fn = lambda params, x, t, noise, **kw: jnp.full((x.shape[0],), params, jnp.float32)
+    state = sampler.init(jax.random.PRNGKey(0), x0)
+
+    def end_window(state, bound, step):
+        t, w, aux = sampler.sample(state, jax.random.PRNGKey(step), x0)
+        np.testing.assert_array_equal(np.asarray(w), 1.0)
+        fields = dict(NOTHING, step=jnp.int32(step), key=jax.random.PRNGKey(50 + step), x0=x0, aux=aux)
+        fields.update(params_after=jnp.float32(bound / T), rows_fn=rows_fn)
+        ctx = StepContext(**fields, t=t, losses=jnp.zeros(16), is_periodic=True)
+        return sampler.update(state, ctx)
+
+    bounds = [10.0, 7.0, 6.0, 5.0, 3.0, 2.0, -1.0, -4.0, -5.0]  # reductions 3, 1, 1, 2, then 1, 3, 3, 1
+    sigma, step = c.sampler.beta_search.sigma, c.sampler.beta_search.step
+    theta, delta = np.zeros(2), None
+    for k, bound in enumerate(bounds):
+        if k >= 1:  # the window that ends at step k trained under theta + sigma s delta
+            a, b = (float(v) for v in sampler.params_now(state))
+            s = [1, -1, -1, 1, -1, 1, 1, -1][k - 1]
+            np.testing.assert_allclose([a, b], np.exp(theta + sigma * s * delta), rtol=1e-6)
+        state, metrics = end_window(state, bound, k)
+        assert float(metrics["probe_bound"]) == pytest.approx(bound, rel=1e-6)
+        if k in (4, 8):
+            g = 3 / 7 if k == 4 else 0.5
+            assert float(metrics["grad"]) == pytest.approx(g, rel=1e-6)
+            theta = theta + step * g * delta
+            a_b = np.log([float(metrics["a"]), float(metrics["b"])])
+            np.testing.assert_allclose(a_b, theta, rtol=1e-5, atol=1e-6)
+        delta = np.asarray(state["delta"], np.float64)
+    np.testing.assert_array_equal(np.abs(delta), 1.0)
+    assert int(state["windows"]) == len(bounds)
