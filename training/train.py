@@ -173,10 +173,10 @@ class Loop:
         return self.periodic
 
     def _catch_up_periodic(self, start, state):
-        """The last attempt stopped (signal, kill) after checkpoint `start` but before its periodic evaluation was
-        logged: log it now."""
+        """The last attempt stopped (signal, kill, a record cut mid-write) after checkpoint `start` but before its
+        periodic evaluation was logged: log it now (the final step's too: a finished run's record that was cut)."""
         every = self.c.eval.periodic.every
-        if not (start and every and start % every == 0 and start < self.c.train.num_steps):
+        if not (start and every and start % every == 0 and start <= self.c.train.num_steps):
             return
         from jax.experimental import multihost_utils
 
