@@ -75,6 +75,29 @@ def truncate_metrics(path: str, last_step: int):
         os.replace(tmp, path)  # a kill during the repair leaves the log as it was, not half of it
 
 
+FINGERPRINTS = "fingerprints.json"
+
+
+def record_fingerprints(workdir: str, start_step: int = None, **fields):
+    """Update workdir/fingerprints.json: set `fields` (data: {split: hash}, features: {...}), and with start_step
+    append this attempt's environment (core.fingerprint.environment: code, versions, processor, ...), so that a
+    run resumed on another machine says where each part of it ran. Written atomically."""
+    from core import fingerprint
+
+    path = os.path.join(workdir, FINGERPRINTS)
+    rec = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            rec = json.load(f)
+    rec.update(fields)
+    if start_step is not None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        rec.setdefault("attempts", []).append(dict(from_step=int(start_step), **fingerprint.environment(root)))
+    with open(f"{path}.tmp", "w") as f:
+        json.dump(rec, f, indent=2)
+    os.replace(f"{path}.tmp", path)
+
+
 def timestep_pictures(metrics_path: str, out_dir: str, num_timesteps: int):
     """timesteps.png: heatmap of the drawn-t distribution (rows: training step, columns: t), from metrics.jsonl's
     per-window histograms; per_timestep_loss.png: the mean training MSE per t-bin over the last window and overall.
