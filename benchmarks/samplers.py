@@ -902,14 +902,16 @@ def final_metrics(wd):
     with open(os.path.join(wd, "eval", evals[-1])) as f:
         ev = json.load(f)
     fid = ev.get("fid", {})
-    return dict(final_bpd=ev["nll_bpd"]["value"], fid_final=fid.get("fid"), kid_final=fid.get("kid"))
+    return dict(
+        final_bpd=ev["nll_bpd"]["value"], fid_final=fid.get("fid"), kid_final=fid.get("kid"), fp=measured_with(wd, ev)
+    )
 
 
 def sizing(out, detect=DETECT_BPD, fraction=DETECT_FRACTION):
     """--size_from: per finished run of a pilot benchmark in `out`, the paired differences to uniform over the seeds
-    both finished, their sd, the MDD (approximate and exact, mdd / mdd_exact) and the seeds that would detect
-    `detect` bits/dim, and for FID and KID a difference of `fraction` of uniform's mean over those seeds. Returns
-    the text."""
+    both finished and were measured alike (unlike), their sd, the MDD (approximate and exact, mdd / mdd_exact) and
+    the seeds that would detect `detect` bits/dim, and for FID and KID a difference of `fraction` of uniform's mean
+    over those seeds. Returns the text."""
     found = finished_runs(out)
     if BASE not in found:
         sys.exit(f"error: --size_from: no finished {BASE} run in {out} (OUT/{BASE}_seedS/eval/step_*.json)")
@@ -930,6 +932,12 @@ def sizing(out, detect=DETECT_BPD, fraction=DETECT_FRACTION):
         runs = {seed: final_metrics(seeds[seed]) for seed in common}
         for key, what, k in METRICS:
             ok = [s for s in common if runs[s][key] is not None and uni[s][key] is not None]
+            for s in [s for s in ok if unlike(runs[s], uni[s], key)]:
+                print(
+                    f"{name} seed {s} and {BASE} seed {s}: {what} not paired: {unlike(runs[s], uni[s], key)}",
+                    file=sys.stderr,
+                )
+                ok.remove(s)
             d = np.array([runs[s][key] - uni[s][key] for s in ok], np.float64)
             if len(d) < 2:
                 lines.append(f"| {name} | {len(d)} | {what} | - | - | - | - | - | - (needs 2 pairs) |")
@@ -1189,7 +1197,9 @@ def main():
     if tracks:
         gains = {
             name: [
-                None if d["final_bpd"] is None or b["final_bpd"] is None else d["final_bpd"] - b["final_bpd"]
+                None
+                if d["final_bpd"] is None or b["final_bpd"] is None or unlike(d, b, "final_bpd")
+                else d["final_bpd"] - b["final_bpd"]
                 for d, b in zip(results[name], results[BASE])
             ]
             for name in tracks
