@@ -507,14 +507,17 @@ def load(wd):
 def measured_with(wd, ev) -> dict:
     """What a finished run was measured with: data (the content hashes of its train and test splits, from
     fingerprints.json or the eval JSON), features (its final FID's feature network and reference, from the eval
-    JSON), each None in a record that predates fingerprints; probe: the test split's own FID against the same
-    reference, which tells two feature networks apart where no hash says which (FID_PROBE_RTOL)."""
+    JSON), each None in a record that predates fingerprints or whose data could not be hashed; probe: the test
+    split's own FID against the same reference, which tells two feature networks apart where no hash says which
+    (FID_PROBE_RTOL)."""
     path = os.path.join(wd, "fingerprints.json")
     data = None
     if os.path.exists(path):
         with open(path) as f:
             data = json.load(f).get("data")
     data = data or ev.get("fingerprints", {}).get("data")
+    if data and any(str(v).startswith("unknown") for v in data.values()):  # a split read record by record
+        data = None
     fid = ev.get("fid", {})
     fp = fid.get("protocol", {}).get("fingerprint") or {}
     return dict(

@@ -25,6 +25,7 @@ from core import fingerprint
 from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields
 
 META = "meta.json"
+HASH_AT_START_BYTES = 1 << 30  # latents without a stored hash hashed at a run's start up to this size (about 2 s)
 
 
 def read_meta(path: str) -> dict:
@@ -122,10 +123,15 @@ class LatentSource:
         return self.get(indices), self.labels(indices)
 
     def fingerprint(self) -> str:
-        """The split's hash as encode_latents wrote it into meta.json (hashing the arrays of a large dataset takes
-        minutes), or, for latents encoded before it did, of the arrays here."""
+        """The split's hash as encode_latents wrote it into meta.json, or, for latents encoded before it did, of the
+        arrays here when they are small; large ones (minutes to hash at every start) say how to add it."""
         stored = read_meta(self.path)["splits"][self.split].get("fingerprint")
-        return stored or latent_fingerprint(self.path, self.split)
+        if stored:
+            return stored
+        size = sum(a.nbytes for a in (self.x, self.x_flipped) if a is not None)
+        if size > HASH_AT_START_BYTES:
+            return f"{fingerprint.UNKNOWN} (meta.json has none: run its encode_latents command again to add it)"
+        return latent_fingerprint(self.path, self.split)
 
 
 def latent_fingerprint(path: str, split: str) -> str:

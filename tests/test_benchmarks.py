@@ -482,3 +482,24 @@ def test_records_without_fingerprints_pair_unless_their_test_split_fids_tell_two
     assert samplers.unlike(dict(final_bpd=1.0), dict(final_bpd=2.0), "final_bpd") is None  # hand-made results
     note = samplers.fingerprint_note({"uniform": [a], "adaptive": [new]})
     assert "- data: d1; 1 of 2 runs predate fingerprints (not fingerprinted)." in note
+
+
+def test_what_a_record_was_measured_with_is_read_from_its_files(tmp_path):
+    """measured_with: the data hashes from fingerprints.json (else the eval JSON's), the feature network and
+    reference from the eval JSON, the test split's FID as the probe; a split that could not be hashed, or a record
+    without fingerprints, gives None (not fingerprinted) rather than a value that would refuse every pair."""
+    import json
+
+    from benchmarks.samplers import measured_with
+
+    ev = dict(
+        fid=dict(fid=1.0, protocol=dict(fingerprint=dict(network="n1", reference="r1")), test_split=dict(fid=0.3)),
+        fingerprints=dict(data=dict(train="e1", test="e2")),
+    )
+    assert measured_with(str(tmp_path), ev) == dict(data="test e2/train e1", features="n1 (reference r1)", probe=0.3)
+    (tmp_path / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="t1", test="t2"))))
+    assert measured_with(str(tmp_path), ev)["data"] == "test t2/train t1"
+    (tmp_path / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="unknown", test="unknown"))))
+    assert measured_with(str(tmp_path), ev)["data"] is None
+    old = dict(fid=dict(fid=1.0, protocol=dict(features="digits classifier"), test_split=dict(fid=0.31973)))
+    assert measured_with(str(tmp_path / "none"), old) == dict(data=None, features=None, probe=0.31973)
