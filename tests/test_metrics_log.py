@@ -61,26 +61,45 @@ def test_records_past_the_restored_step_are_dropped_and_an_intact_log_is_not_rew
     assert not os.path.exists(tmp_path / "absent.jsonl")
 
 
-@pytest.mark.slow  # two tiny training runs in this process, about 40 s
+PERIODIC = {
+    "eval.periodic.every": 4,
+    "eval.periodic.nll_images": 16,
+    "eval.periodic.nll_timesteps": 6,
+    "eval.periodic.num_samples": 16,
+    "eval.periodic.steps": 3,
+}
+
+
+def cut_in_half(log, record):
+    """Cut metrics.jsonl in the middle of its record number `record` (0-based), dropping what follows it."""
+    data = open(log, "rb").read()
+    starts = [0] + [i + 1 for i, b in enumerate(data) if b == ord("\n")][:-1]
+    end = data.index(b"\n", starts[record]) + 1
+    with open(log, "wb") as f:
+        f.write(data[: (starts[record] + end) // 2])
+
+
+@pytest.mark.slow  # three tiny training runs in this process, about a minute of CPU
 def test_a_resumed_run_whose_log_was_cut_writes_the_log_of_an_uninterrupted_run(tiny, tmp_path):
-    """A run to step 4 (checkpoints 2 and 4), then the crash it would have had while writing step 4's record: that
-    record cut mid-line and checkpoint 4 never written. The same command resumes from 2; its log equals the
-    uninterrupted run's record for record (timings aside)."""
+    """A run to step 4 (checkpoints 2 and 4, the periodic evaluation at 4), and the two crashes it could have had at
+    its end: (a) while writing step 4's training record, before checkpoint 4 (the record cut mid-line, the
+    checkpoint never written): the same command resumes from 2; (b) while writing the periodic evaluation's record,
+    after checkpoint 4 (that record cut): the same command catches it up. Either way the log equals the
+    uninterrupted run's, record for record (timings aside)."""
     from training.train import train
 
-    c = tiny(**{"train.num_steps": 4, "train.ckpt_every": 2, "train.log_every": 2})
+    c = tiny(**{"train.num_steps": 4, "train.ckpt_every": 2, "train.log_every": 2, **PERIODIC})
     full = str(tmp_path / "full")
     train(c, full)
-    crashed = str(tmp_path / "crashed")
-    shutil.copytree(full, crashed)
-    shutil.rmtree(os.path.join(crashed, "checkpoints", "4"))
-    log = os.path.join(crashed, "metrics.jsonl")
-    data = open(log, "rb").read()
-    last = data.rindex(b"\n", 0, len(data) - 1) + 1
-    with open(log, "wb") as f:
-        f.write(data[: last + (len(data) - last) // 2])  # half of step 4's record
-    train(c, crashed)
-    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING} for r in rows]
-    got, want = parse(log), parse(os.path.join(full, "metrics.jsonl"))
-    assert [r["step"] for r in got] == [2, 4]
-    assert strip(got) == strip(want)
+    want = parse(os.path.join(full, "metrics.jsonl"))
+    assert [(r["step"], "periodic/seconds" in r) for r in want] == [(2, False), (4, False), (4, True)]
+    strip = lambda rows: [{k: v for k, v in r.items() if k not in TIMING and k != "periodic/seconds"} for r in rows]
+    for crash, record in (("before_checkpoint", 1), ("after_checkpoint", 2)):
+        wd = str(tmp_path / crash)
+        shutil.copytree(full, wd)
+        if crash == "before_checkpoint":
+            shutil.rmtree(os.path.join(wd, "checkpoints", "4"))
+        log = os.path.join(wd, "metrics.jsonl")
+        cut_in_half(log, record)
+        train(c, wd)
+        assert strip(parse(log)) == strip(want), crash
