@@ -13,6 +13,7 @@ import numpy as np
 
 from config.fields import Bool, FieldError, Int, Path
 from config.registry import FLAT, Registry
+from core import fingerprint
 
 COMMON = dict(
     data_dir=Path("", mutable=True),  # tensorflow-datasets folder for everything but the embedded digits
@@ -71,6 +72,9 @@ class ArraySource:
 
     def get_labelled(self, indices):
         return self.get(indices), self.labels(indices)
+
+    def fingerprint(self) -> str:
+        return fingerprint.of_arrays(self.images, *(() if self.labels_ is None else (self.labels_,)))
 
 
 def flip_fields(default: bool) -> dict:
@@ -131,3 +135,22 @@ def pixel_split(data_cfg, split: str):
 def load_split(data_cfg, split: str):
     """A source for split 'train' or 'test' of the dataset config.data names (pass config.data)."""
     return DATASETS[data_cfg.name].load(data_cfg, split)
+
+
+def split_fingerprint(source) -> str:
+    """The content hash of a split's source (its arrays, labels included), or fingerprint.UNKNOWN for a source that
+    reads records one by one (tensorflow-datasets, image folders: hashing them would cost a pass over the data)."""
+    own = getattr(source, "fingerprint", None)
+    return own() if own is not None else fingerprint.UNKNOWN
+
+
+def data_fingerprints(data_cfg) -> dict:
+    """{split: content hash} of the train and test splits of config.data (a split it lacks: absent)."""
+    out = {}
+    for split in ("train", "test"):
+        try:
+            source = load_split(data_cfg, split)
+        except Exception:  # a dataset without this split (tfds' celeb_a_hq has no test split)
+            continue
+        out[split] = split_fingerprint(source)
+    return out

@@ -27,7 +27,8 @@ import numpy as np
 
 from config.registry import LIKELIHOOD
 from config.validate import ConfigError, check_workdir
-from data import load_split, pixel_split
+from core import fingerprint
+from data import data_fingerprints, load_split, pixel_split
 from diffusion import PROCESSES
 from diffusion.base import Likelihood, Sampling
 from evaluation.features import fid_unavailable_reason, make_feature_space
@@ -37,6 +38,8 @@ from training import report
 from training.lock import holder
 from training.setup import TRACES, build
 from training.step import make_apply, to_float
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the code's revision is read here
 
 
 class NoCheckpoint(ConfigError):
@@ -254,6 +257,7 @@ def sample_quality(setup, space, params, key, num, method, steps, guidance: floa
         feature_space=space.name,
         seconds=time.perf_counter() - t0,
         **space.protocol,
+        fingerprint=space.fingerprint,
     )
     return scores, samples
 
@@ -335,8 +339,9 @@ def evaluate(config, workdir: str) -> dict:
     images, labels = test_data(setup, c.eval.nll_images)
     record = dict(
         checkpoint_step=int(step),
-        workdir=workdir,
+        workdir=os.path.basename(workdir.rstrip("/")),  # its name: a machine's path means nothing on the next
         dataset=c.data.name,
+        fingerprints=dict(data=data_fingerprints(c.data), **fingerprint.environment(ROOT)),
         nll_bpd=eval_bound(setup, state.ema_params, images, key, labels),
     )
     if space is None:
@@ -374,7 +379,7 @@ def evaluate(config, workdir: str) -> dict:
             grid = os.path.join(out, f"samples_{step:07d}.png")
             report.save_grid(samples, grid)
             record["samples"] = dict(
-                path=grid,
+                path=os.path.relpath(grid, workdir),
                 protocol=dict(
                     num=c.eval.num_samples,
                     method=c.sample.method,

@@ -5,6 +5,7 @@ samples decoded to pixels, and the bound labelled as latent."""
 
 import json
 import os
+import shutil
 
 import chex
 import jax
@@ -77,6 +78,21 @@ def test_encoding_writes_latents_and_flipped_copies_and_resumes(encoded, tmp_pat
     np.testing.assert_allclose(z[:16], np.asarray(ae.encode(x)), atol=1e-5)
     np.testing.assert_allclose(zf[:16], np.asarray(ae.encode(x[:, :, ::-1])), atol=1e-5)
     np.testing.assert_array_equal(np.load(os.path.join(out, "train_labels.npy")), ytr)
+    # each split's content hash, written when it completes, is what a run reading the latents records; latents
+    # encoded before meta.json held it are hashed where they lie, to the same value
+    from core import fingerprint
+    from data.latents import LatentSource
+
+    labels = np.load(os.path.join(out, "train_labels.npy"))
+    assert meta["splits"]["train"]["fingerprint"] == fingerprint.of_arrays(z, zf, labels)
+    old = str(tmp_path / "old")
+    shutil.copytree(out, old)
+    with open(os.path.join(old, "meta.json")) as f:
+        m = json.load(f)
+    del m["splits"]["train"]["fingerprint"]
+    with open(os.path.join(old, "meta.json"), "w") as f:
+        json.dump(m, f)
+    assert LatentSource(old, "train").fingerprint() == meta["splits"]["train"]["fingerprint"]
 
     # an interrupted encoding resumes where meta.json says it stopped
     part = str(tmp_path / "partial")

@@ -17,7 +17,7 @@ import numpy as np
 from absl import logging
 
 from config.validate import check_workdir
-from data import BatchIterator, load_split
+from data import BatchIterator, data_fingerprints, load_split
 from diffusion.base import Sampling
 from evaluation.evaluate import PeriodicEval
 from evaluation.generate import generate
@@ -170,13 +170,18 @@ class Loop:
                 os.makedirs(os.path.join(self.workdir, "eval"), exist_ok=True)
                 with open(os.path.join(self.workdir, "eval", "periodic_protocol.json"), "w") as f:
                     json.dump(self.periodic.protocol(), f, indent=2)
+                space = self.periodic.space
+                if space is not None:
+                    report.record_fingerprints(
+                        self.workdir, periodic_features=dict(space=space.name, **space.fingerprint)
+                    )
         return self.periodic
 
     def _catch_up_periodic(self, start, state):
-        """The last attempt stopped (signal, kill) after checkpoint `start` but before its periodic evaluation was
-        logged: log it now."""
+        """The last attempt stopped (signal, kill, a record cut mid-write) after checkpoint `start` but before its
+        periodic evaluation was logged: log it now (the final step's too: a finished run's record that was cut)."""
         every = self.c.eval.periodic.every
-        if not (start and every and start % every == 0 and start < self.c.train.num_steps):
+        if not (start and every and start % every == 0 and start <= self.c.train.num_steps):
             return
         from jax.experimental import multihost_utils
 
@@ -211,6 +216,8 @@ class Loop:
     def run(self):
         c = self.c
         state, start = self._restore_or_init()
+        if self.is_main:  # what this attempt reads and runs on, before its first record
+            report.record_fingerprints(self.workdir, start, data=data_fingerprints(c.data))
         batches = BatchIterator(
             load_split(c.data, "train"),
             c.seed,
