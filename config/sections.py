@@ -15,9 +15,12 @@ import os
 from config.fields import Bool, Choice, ConfigError, Int, Num, Path, all_mutable
 from config.registry import LIKELIHOOD
 from diffusion import PROCESSES
-from diffusion.sampling import ALL_METHODS
 from evaluation.features import check_reference_stats, classifier_dataset
 from evaluation.features import kind as fid_kind
+
+# every registered process's sampling methods: the config fields accept these; validation keeps the configured
+# process's own
+ALL_METHODS = tuple(dict.fromkeys(m for name in PROCESSES.names() for m in PROCESSES[name].methods))
 
 # Every train field may change when a run is resumed (a longer run, another learning rate).
 TRAIN_FIELDS = all_mutable(

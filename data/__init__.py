@@ -1,6 +1,7 @@
-"""Image datasets, registered by name (DATASETS), and the step-indexed batch pipeline."""
+"""Image datasets, registered by name (DATASETS; every module of this package that registers one is imported:
+config.registry.import_parts), and the step-indexed batch pipeline."""
 
-from data import digits, folder, latents, mnist, tfds
+from config.registry import import_parts
 from data.base import (
     DATASETS,
     ArraySource,
@@ -15,6 +16,8 @@ from data.digits import digits_arrays
 from data.mnist import mnist_arrays
 from data.pipeline import BatchIterator, global_batch_indices
 
+import_parts(__name__, __path__)
+
 __all__ = [
     "DATASETS",
     "ArraySource",
@@ -26,11 +29,6 @@ __all__ = [
     "data_fingerprints",
     "digits_arrays",
     "mnist_arrays",
-    "mnist",
-    "latents",
-    "folder",
     "global_batch_indices",
     "BatchIterator",
-    "digits",
-    "tfds",
 ]
