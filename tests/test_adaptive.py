@@ -92,7 +92,7 @@ def probe_context(sampler, state, model, process, x0, params_before, params_afte
     )
 
 
-@pytest.mark.slow  # two policy-update compiles, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # two policy-update compiles, over 20 s: CI's second job
 def test_reward_is_zero_when_the_update_changes_nothing():
     c, P, sampler = _adaptive(**{"sampler.adaptive.probe_batch_size": 8})
     model = make_model(c.model)

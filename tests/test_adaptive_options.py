@@ -325,7 +325,7 @@ def test_diagnostics_by_hand():
     assert present(default.init(jax.random.PRNGKey(0), x0)) == present(state) - {"diag"}
 
 
-@pytest.mark.slow  # over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # over 20 s: CI's second job
 def test_credit_reward_is_each_images_gradient_alignment_with_the_bound():
     """reward=credit: C[i, s] = <grad l_i, grad KL_s> at theta_k, computed here with two reverse-mode gradients and a
     dot product (the sampler uses one forward-mode pass), and a small step on image i's loss lowers KL_s by eps C."""

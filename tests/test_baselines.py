@@ -370,7 +370,7 @@ def test_infonoise_takes_the_data_end_at_its_limit(config_module):
     """t = 0 exactly (a float draw can be 0): a flow's velocity and EDM's F have F and SNR both infinite there, so
     F / SNR is the limit c2^2 = 1 from the path's coefficients (a flow's 1 / (1 - t)^2 at t = 0) instead of inf / inf
     = NaN, which would stay in the bin's running mean and stop the run; the x0-MSE there is 0. At t = 1 (alpha = 0)
-    the relative weight is infinite and the example adds 0, as before."""
+    the relative weight is infinite and the example adds 0."""
     import importlib
 
     mod = importlib.import_module(f"configs.{config_module}")

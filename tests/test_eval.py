@@ -165,7 +165,7 @@ def test_eval_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "empty").exists()
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_path):
     from data import load_split
     from evaluation.evaluate import PeriodicEval, bound_bpd

@@ -61,7 +61,7 @@ def test_torch_file_reader(fmt):
             np.testing.assert_array_equal(sd[k], z[k], err_msg=k)
 
 
-@pytest.mark.slow  # over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # over 20 s: CI's second job
 def test_reference_statistics_and_the_inception_feature_space(tmp_path, reference):
     """evaluation.reference's statistics, then the feature space of config.eval.fid.features=inception, on the
     stand-in weights (as an .npz of pytorch-fid's names): the numbers equal the Inception features computed here."""

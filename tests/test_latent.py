@@ -1,4 +1,4 @@
-"""Latent diffusion end to end on the embedded MNIST (issue 14, parts 4 and 5): the project's own KL autoencoder
+"""Latent diffusion end to end on the embedded MNIST: the project's own KL autoencoder
 (trained with a cheap recipe here), `data.encode_latents` (flipped copies, resume, refusal of another encoding),
 a tiny class-conditional DiT with the learned sampler trained on the latents through main.run, exact resume,
 samples decoded to pixels, and the bound labelled as latent."""
@@ -45,7 +45,7 @@ def encoded(tmp_path_factory):
     return root, ae_dir, out, meta
 
 
-@pytest.mark.slow  # with the 30 s encoding fixture, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # with the 30 s encoding fixture, over 20 s: CI's second job
 def test_the_embedded_autoencoder_round_trips_through_the_diffusers_format(encoded):
     _, ae_dir, _, _ = encoded
     with open(os.path.join(ae_dir, "config.json")) as f:
@@ -65,7 +65,7 @@ def test_the_embedded_autoencoder_round_trips_through_the_diffusers_format(encod
     assert rec.shape == x.shape and float(jnp.max(jnp.abs(rec))) <= 1.0
 
 
-@pytest.mark.slow  # with the 30 s encoding fixture, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # with the 30 s encoding fixture, over 20 s: CI's second job
 def test_encoding_writes_latents_and_flipped_copies_and_resumes(encoded, tmp_path):
     root, ae_dir, out, meta = encoded
     assert meta["latent_shape"] == [7, 7, 4] and meta["num_classes"] == 10 and meta["flipped"]
@@ -148,7 +148,7 @@ def latent_config(out, ae_dir, steps):
     )
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_a_latent_transformer_trains_resumes_exactly_samples_and_decodes(encoded, tmp_path):
     from evaluation.evaluate import restore_latest
     from main import run

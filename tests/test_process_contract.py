@@ -114,7 +114,7 @@ def toy_config(**overrides):
     return override(c, {**tiny, **methods, "sample.steps": 3, "sample.num": 4, **overrides})
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_a_process_defined_in_a_test_trains_resumes_and_evaluates(toy, tmp_path):
     from config.validate import validate
     from evaluation.evaluate import bound_bpd

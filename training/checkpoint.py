@@ -203,7 +203,7 @@ def _from_orbax(e: BaseException) -> bool:
 def _ignore_closed_loop_errors():
     """Route RuntimeError('Event loop is closed'), raised in threads and callbacks, and orbax's own errors that
     nobody retrieves (a coroutine or task of a failed read collected later: 'Exception ignored in: <coroutine ...>'
-    with its traceback) nowhere, others as before; returns the function that puts the hooks back."""
+    with its traceback) nowhere, others to the hooks that were there; returns the function that puts those back."""
     import sys
     import threading
 

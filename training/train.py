@@ -238,7 +238,7 @@ class Loop:
         try:
             self._catch_up_periodic(start, state)
             with StopRequest(c.train.stop_check_every) as stop:
-                # a signal during the compile stops the run after its first step, with a checkpoint, as before
+                # a signal during the compile stops the run after its first step, with a checkpoint
                 self._compile(start)
                 wait_for_every_process("compiled")  # the first step's collectives find every process there
                 self.bar = tqdm(
