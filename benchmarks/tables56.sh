@@ -20,7 +20,11 @@ grid="uniform,beta/a=0.5/b=2.0,beta/a=0.34/b=3.3,adaptive_noise,beta/a=2.0/b=0.5
 # uniform's 4.836 and the schedule's 4.713, 2026-12-07): is the ceiling further on?
 ddpm_arms="$grid,uniform+likelihood,loss_second_moment+likelihood,adaptive_noise+likelihood"
 ddpm_arms+=",beta/a=0.2/b=3.3,beta/a=0.34/b=6.6"
+# A learner of the distribution within one run (samplers/beta_search.py): windows of 50 steps (10 rounds in 2,000
+# steps) and of 100 (5 rounds, less noise per comparison).
+search="beta_search,beta_search/window=100"
+ddpm_arms+=",$search"
 python benchmarks/samplers.py --config=configs/default.py --every=500 --out="$out/bench_ddpm56" \
   --records=benchmarks/records/ddpm56 --bound_strata=99 --bound_per_stratum=4 --seeds=0,1,2 --runs=$ddpm_arms
 python benchmarks/samplers.py --config=configs/flow.py --every=500 --out="$out/bench_flow56" \
-  --records=benchmarks/records/flow56 --seeds=0,1,2 --runs=$grid
+  --records=benchmarks/records/flow56 --seeds=0,1,2 --runs=$grid,$search
