@@ -1,7 +1,7 @@
-"""Diffusion processes (registered by name: ddpm, vp, flow, edm), their schedules, bound terms and samplers of
-images."""
+"""Diffusion processes (registered by name: ddpm, vp, flow, edm on images; masked on tokens), their schedules, bound
+terms and samplers."""
 
-from diffusion import edm, flow, gaussian, sampling, vp
+from diffusion import edm, flow, gaussian, masked, sampling, vp
 from diffusion.base import PROCESSES, make_process
 from diffusion.ddpm import DDPM
 from diffusion.schedules import SCHEDULES, Schedule, make_schedule
@@ -12,6 +12,7 @@ __all__ = [
     "DDPM",
     "edm",
     "flow",
+    "masked",
     "vp",
     "Schedule",
     "make_schedule",
