@@ -1,6 +1,6 @@
-"""Image datasets, registered by name (DATASETS), and the step-indexed batch pipeline."""
+"""Datasets, registered by name (DATASETS): images, latents and character text; and the step-indexed batch pipeline."""
 
-from data import digits, folder, latents, mnist, tfds
+from data import digits, folder, latents, mnist, text, tfds
 from data.base import DATASETS, ArraySource, CorruptRecord, DatasetNotFound, dataset_classes, load_split, pixel_split
 from data.digits import digits_arrays
 from data.mnist import mnist_arrays
@@ -23,4 +23,5 @@ __all__ = [
     "BatchIterator",
     "digits",
     "tfds",
+    "text",
 ]

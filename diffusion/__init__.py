@@ -1,7 +1,7 @@
-"""Diffusion processes (registered by name: ddpm, vp, flow, edm on images; masked on tokens), their schedules, bound
-terms and samplers."""
+"""Diffusion processes (registered by name: ddpm, vp, flow, edm on images; masked, and its autoregressive baseline,
+on tokens), their schedules, bound terms and samplers."""
 
-from diffusion import edm, flow, gaussian, masked, sampling, vp
+from diffusion import autoregressive, edm, flow, gaussian, masked, sampling, vp
 from diffusion.base import PROCESSES, make_process
 from diffusion.ddpm import DDPM
 from diffusion.schedules import SCHEDULES, Schedule, make_schedule
@@ -13,6 +13,7 @@ __all__ = [
     "edm",
     "flow",
     "masked",
+    "autoregressive",
     "vp",
     "Schedule",
     "make_schedule",

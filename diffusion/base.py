@@ -37,6 +37,11 @@ def to_float(images_u8):
     return images_u8.astype(jnp.float32) / 127.5 - 1.0
 
 
+def to_u8(x):
+    """[-1, 1] -> uint8 [0, 255]."""
+    return jnp.round((x + 1.0) * 127.5).clip(0, 255).astype(jnp.uint8)
+
+
 def _overrides(cls, name: str, base) -> bool:
     """Whether class `cls` defines `name` other than `base` does."""
     return getattr(cls, name) is not getattr(base, name)
@@ -105,6 +110,10 @@ class Process(abc.ABC):
         """A batch of the dataset as this process's x0: uint8 pixels -> float32 in [-1, 1], float latents as
         float32 (to_float)."""
         return to_float(batch)
+
+    def data_out(self, x):
+        """Samples (decoded, for a latent model) as the dataset's data: pixels in [-1, 1] -> uint8 (to_u8)."""
+        return to_u8(x)
 
     def draw_noise(self, key, x0):
         """The noise of the forward process for x0 [B, ...]: standard normal eps, float32 [B, ...]."""

@@ -106,7 +106,8 @@ class Masked(Process, Sampling, Likelihood):
         power=Num(2.0, 0.0, lo_open=True, note="the polynomial schedule's exponent"),
         ends=Choice("truncate", ENDS),
         eps=Num(1e-3, 0.0, 0.5, hi_open=True, note="MDLM: 1e-3 (truncate); MD4: 1e-4 (squeeze)"),
-        time_scale=Num(1.0, 0.0, lo_open=True, note="the network sees time_scale * s"),
+        # the network sees time_scale * s (1000: the resolution of the sinusoidal embeddings, as continuous.py's)
+        time_scale=Num(1000.0, 0.0, lo_open=True),
         grid=Int(1000, 2),  # the resolution of [0, 1] for grids (as config.diffusion.grid of "vp")
         likelihood_steps=Int(128, 1),  # stratified times of the bound in --mode=eval
     )
@@ -151,6 +152,10 @@ class Masked(Process, Sampling, Likelihood):
     def data_in(self, batch):
         """Tokens [B, L] as int32."""
         return jnp.asarray(batch).astype(jnp.int32)
+
+    def data_out(self, x):
+        """Token samples as the dataset's tokens: uint8 [B, L] ([MASK] = V never remains after sampling)."""
+        return x.astype(jnp.uint8)
 
     def draw_noise(self, key, x0):
         """One uniform per token: [B, L] float32 (a token is kept where it is below alpha)."""

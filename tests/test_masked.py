@@ -27,7 +27,9 @@ MD4_NAMES = {
 
 def md4_like(name):
     """Our process set as md4's: its squeezed schedule with eps = 1e-4, s = t, the network fed t itself."""
-    return Masked(vocab_size=int(MD4["vocab_size"]), ends="squeeze", eps=float(MD4["eps"]), **MD4_NAMES[name])
+    return Masked(
+        vocab_size=int(MD4["vocab_size"]), ends="squeeze", eps=float(MD4["eps"]), time_scale=1.0, **MD4_NAMES[name]
+    )
 
 
 def fixture_network(xt, t):
