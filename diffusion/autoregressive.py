@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from config.fields import Int
 from diffusion.base import PROCESSES, Likelihood, Process, Sampling
 from diffusion.gaussian import LN2
+from diffusion.masked import check_tokens
 from diffusion.time import ContinuousTime
 
 
@@ -31,6 +32,10 @@ class Autoregressive(Process, Sampling, Likelihood):
         vocab_size=Int(27, 2),  # V tokens; the causal network's begin token is row V of its table
         grid=Int(1000, 2),  # the resolution of [0, 1] for the samplers' grids (t is not used)
     )
+
+    @classmethod
+    def check(cls, cfg, ctx):
+        check_tokens(cfg, ctx)
 
     def __init__(self, **fields):
         f = self.field_values(fields)

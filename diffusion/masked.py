@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from config.fields import Choice, Int, Num
+from config.fields import Choice, FieldError, Int, Num
 from diffusion.base import PROCESSES, Likelihood, Process, Sampling
 from diffusion.continuous import stratified_times
 from diffusion.gaussian import LN2
@@ -83,6 +83,18 @@ def schedule_alpha(name: str, s, power: float = 2.0, eps: float = 0.0, xp=jnp):
     if name == "loglinear":
         return 1.0 - (1.0 - eps) * s, -(1.0 - eps) * xp.ones_like(s)
     raise ValueError(f"masking schedule {name!r} is not one of {', '.join(SCHEDULES)}")
+
+
+def check_tokens(cfg, ctx):
+    """A process on tokens needs a dataset of tokens with its vocabulary (ctx["vocab_size"]: 0 for images)."""
+    if not ctx["vocab_size"]:
+        raise FieldError(
+            "vocab_size",
+            cfg.vocab_size,
+            f"config.data.name={ctx['data_name']!r} holds no tokens (text: kjv, text_files, tiny_text)",
+        )
+    if cfg.vocab_size != ctx["vocab_size"]:
+        raise FieldError("vocab_size", cfg.vocab_size, f"must be {ctx['vocab_size']}, config.data.name's vocabulary")
 
 
 def masked_cross_entropy(logits, x0, xt, mask_id: int):
@@ -111,6 +123,10 @@ class Masked(Process, Sampling, Likelihood):
         grid=Int(1000, 2),  # the resolution of [0, 1] for grids (as config.diffusion.grid of "vp")
         likelihood_steps=Int(128, 1),  # stratified times of the bound in --mode=eval
     )
+
+    @classmethod
+    def check(cls, cfg, ctx):
+        check_tokens(cfg, ctx)
 
     def __init__(self, **fields):
         """Masked diffusion with its FIELDS' defaults, any of them given by keyword."""

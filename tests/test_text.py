@@ -173,3 +173,26 @@ def test_autoregressive_baseline_nll_and_sampling():
     net = lambda x, t: jnp.broadcast_to(jax.nn.one_hot(target, V) * 50.0, x.shape + (V,))
     np.testing.assert_array_equal(p.sample(net, jax.random.PRNGKey(1), (2, L)), np.broadcast_to(target, (2, L)))
     assert p.example_losses(net, jnp.broadcast_to(target, (2, L)), None, None)[0].max() < 1e-6
+
+
+def test_bound_rows_of_the_masked_process_are_its_nelbo_terms():
+    """The rows the learned sampler's bound reward reads (training/step.py make_rows_fn, kind="bound") are the
+    masked process's NELBO integrand at each row's time, and kind="loss" is the train step's objective (weighting
+    none: the same)."""
+    from diffusion import make_process
+    from models import make_model
+    from training.step import make_apply, make_rows_fn
+    from weightings import make_weighting
+
+    c = text_config()
+    process = make_process(c.diffusion)
+    model = make_model(c.model, out_channels=process.out_channels(1))
+    x0 = jax.random.randint(jax.random.PRNGKey(0), (8, 16), 0, 27)
+    params = model.init(jax.random.PRNGKey(1), x0, jnp.zeros((8,)))
+    params = jax.tree.map(lambda p: p + 0.05 * jax.random.normal(jax.random.PRNGKey(2), p.shape), params)
+    t = jnp.linspace(0.05, 0.95, 8)
+    u = process.draw_noise(jax.random.PRNGKey(3), x0)
+    rows_fn = make_rows_fn(model, process, weighting=make_weighting(c.weighting, process))
+    want = process.row_terms(lambda x, s: make_apply(model)(params, x, s), x0, t, u)
+    np.testing.assert_allclose(rows_fn(params, x0, t, u), want, rtol=1e-5)
+    np.testing.assert_allclose(rows_fn(params, x0, t, u, kind="loss"), want, rtol=1e-5)
