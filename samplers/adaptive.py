@@ -55,7 +55,7 @@ import numpy as np
 import optax
 from jax.scipy.special import betainc
 
-from config.fields import Bool, Choice, FieldError, Int, Ints, Num
+from config.fields import Bool, Choice, ConfigError, FieldError, Int, Ints, Num
 from config.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE, LIKELIHOOD, Need
 from diffusion.time import continuous_grid, sweep_grid  # noqa: F401 (the sweep grids, importable from here)
 from samplers.base import SAMPLERS, Sampler
@@ -244,6 +244,11 @@ class AdaptiveSampler(Sampler):
 
     @classmethod
     def check(cls, cfg, ctx):
+        if ctx["vocab_size"]:  # tokens [B, L]: the policy (samplers/policy.py) is a conv net on images
+            raise ConfigError(
+                f"config.sampler.name='adaptive' is not allowed with config.data.name={ctx['data_name']!r}: its policy "
+                "network reads images and the data are tokens; use uniform or antithetic"
+            )
         T, B = ctx["T"], ctx["B"]
         K = len(range(0, T, cfg.sweep_stride))
         if not cfg.num_selected <= K:

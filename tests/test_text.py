@@ -196,3 +196,26 @@ def test_bound_rows_of_the_masked_process_are_its_nelbo_terms():
     want = process.row_terms(lambda x, s: make_apply(model)(params, x, s), x0, t, u)
     np.testing.assert_allclose(rows_fn(params, x0, t, u), want, rtol=1e-5)
     np.testing.assert_allclose(rows_fn(params, x0, t, u, kind="loss"), want, rtol=1e-5)
+
+
+def test_token_configs_refused_in_one_line():
+    """Image data under a token process, a vocabulary that is not the data's, and the learned sampler's image policy
+    on tokens: each refused before anything is built."""
+    from config.schema import switch_part
+    from config.validate import ConfigError, validate
+
+    def refusal(c):
+        with pytest.raises(ConfigError) as e:
+            validate(c)
+        assert "\n" not in str(e.value)
+        return str(e.value)
+
+    c = text_config(**{"diffusion.vocab_size": 30})
+    assert refusal(c) == ("config.diffusion.vocab_size=30 is not allowed: must be 27, config.data.name's vocabulary")
+    c = text_config()
+    switch_part(c, "data", "digits")
+    assert "config.data.name='digits' holds no tokens" in refusal(c)
+    c = text_config(**{"sampler.name": "adaptive"})
+    assert refusal(c).startswith("config.sampler.name='adaptive' is not allowed with config.data.name='tiny_text'")
+    c = text_config(**{"weighting.name": "min_snr"})
+    assert "the weighting is a function of the Gaussian path's log SNR" in refusal(c)
