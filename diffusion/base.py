@@ -116,7 +116,8 @@ class Process(abc.ABC):
         return to_u8(x)
 
     def draw_noise(self, key, x0):
-        """The noise of the forward process for x0 [B, ...]: standard normal eps, float32 [B, ...]."""
+        """The noise of the forward process for x0 [B, ...] (the train step's, and the samplers' probes'): standard
+        normal eps, float32 [B, ...]."""
         return jax.random.normal(key, x0.shape, jnp.float32)
 
     # -- forward process and training ------------------------------------------------------------------------------
@@ -162,8 +163,8 @@ class Process(abc.ABC):
 class Gaussian(abc.ABC):
     """A process on a Gaussian path (capability GAUSSIAN): x_t = alpha x0 + sigma eps, its log SNR as the noise
     level, the network's regression target and the factors between target and x0 MSEs. The loss weightings (which
-    are functions of these coefficients), the samplers that work on log SNR or the x0-MSE, and the pictures' log-SNR
-    axes need it; a process on tokens does not offer it."""
+    are functions of these coefficients) and the samplers that work on log SNR or the x0-MSE need it; a process on
+    tokens does not offer it."""
 
     @abc.abstractmethod
     def logsnr(self, t):

@@ -399,7 +399,7 @@ class AdaptiveSampler(Sampler):
             kn_after, kd_after = kn_before, kd_before
 
         def kl(params, k_noise, k_dropout):
-            noise = jax.random.normal(k_noise, x0r.shape, jnp.float32)
+            noise = self.process.draw_noise(k_noise, x0r)
             dropout_key = k_dropout if self.cfg.probe_dropout else None
             terms = ctx.rows_fn(
                 params,
@@ -430,14 +430,14 @@ class AdaptiveSampler(Sampler):
         params = ctx.params_before
 
         def term(p, s):  # the mean over the images of the bound's term at ts[s] (one grid cell's share)
-            noise = jax.random.normal(jax.random.fold_in(k_rows, s), x0.shape, jnp.float32)
+            noise = self.process.draw_noise(jax.random.fold_in(k_rows, s), x0)
             tr = jnp.full((N,), ts[s], ts.dtype)
             rows = ctx.rows_fn(
                 p, x0, tr, noise, kind=kind, y=y, dropout_key=dropout, rows_per_device=self.cfg.probe_chunk_rows
             )
             return jnp.mean(rows) * self.reward_scale
 
-        loss_noise = jax.random.normal(k_loss, x0.shape, jnp.float32)
+        loss_noise = self.process.draw_noise(k_loss, x0)
         loss_dropout = k_loss_drop if self.cfg.probe_dropout else None
         losses = lambda p: ctx.objective(p, x0, t, loss_noise, loss_dropout, y)[0]
         cols = [jax.jvp(losses, (params,), (jax.grad(term)(params, s),))[1] for s in range(K)]
