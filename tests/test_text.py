@@ -219,3 +219,20 @@ def test_token_configs_refused_in_one_line():
     assert refusal(c).startswith("config.sampler.name='adaptive' is not allowed with config.data.name='tiny_text'")
     c = text_config(**{"weighting.name": "min_snr"})
     assert "the weighting is a function of the Gaussian path's log SNR" in refusal(c)
+
+
+def test_text_configs_validate_and_build_their_shapes():
+    """configs/text.py (masked diffusion) and its :ar variant (the causal network of the same size) validate; the
+    masked one builds a state whose batch is [B, seq_len] tokens and whose logits are over the 27 characters."""
+    from config.validate import validate
+    from configs.text import get_config
+    from training.setup import build
+
+    c, ar = get_config(), get_config("ar")
+    validate(ar)
+    assert ar.diffusion.name == "autoregressive" and ar.model.causal and not c.model.causal
+    setup = build(c)
+    assert setup.abstract_batch(32).shape == (32, 128) and setup.abstract_batch(32).dtype == jnp.uint8
+    assert setup.abstract_state.params["params"]["final_layer"]["linear"]["kernel"].shape == (128, 27)
+    with pytest.raises(ValueError, match="is not a variant"):
+        get_config("x")
