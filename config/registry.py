@@ -35,11 +35,12 @@ NESTED, FLAT = "nested", "flat"
 # What a part (a sampler, a weighting) may need of the diffusion process, and a process offers (Process.offers):
 DISCRETE = "discrete"  # timesteps 0..T-1 of a chain, with its tables of steps
 CONTINUOUS = "continuous"  # t float32 in [0, 1]
+GAUSSIAN = "gaussian"  # a Gaussian path: log SNR, the target's coefficients (diffusion.base.Gaussian)
 INVERTIBLE = "invertible"  # a log SNR with an inverse (t_of_logsnr, t_of_sigma)
 FIXED_SCHEDULE = "fixed_schedule"  # no parameters of its own in the model's variables
 SAMPLING = "sampling"  # a sampler of images (diffusion.base.Sampling): sample grids, FID
 LIKELIHOOD = "likelihood"  # a test likelihood and the bound's rows (diffusion.base.Likelihood): eval, bound rewards
-CAPABILITIES = (DISCRETE, CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE, SAMPLING, LIKELIHOOD)
+CAPABILITIES = (DISCRETE, CONTINUOUS, GAUSSIAN, INVERTIBLE, FIXED_SCHEDULE, SAMPLING, LIKELIHOOD)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""Image datasets, registered by name (DATASETS; every module of this package that registers one is imported:
-config.registry.import_parts), and the step-indexed batch pipeline."""
+"""Datasets, registered by name (DATASETS): images, latents and character text (every module of this package that
+registers one is imported: config.registry.import_parts); and the step-indexed batch pipeline."""
 
 from config.registry import import_parts
 from data.base import (

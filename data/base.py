@@ -127,6 +127,15 @@ def dataset_classes(data_cfg) -> int:
     return part.classes(data_cfg) if hasattr(part, "classes") else getattr(part, "num_classes", 0)
 
 
+def example_shape(data_cfg) -> tuple:
+    """One example's shape: what the dataset part says (`example_shape(cfg)`: [seq_len] for text, data/text.py), else
+    [H, W, C] of config.data's image_size and channels."""
+    part = DATASETS.parts.get(data_cfg.name)
+    if part is not None and hasattr(part, "example_shape"):
+        return tuple(part.example_shape(data_cfg))
+    return (data_cfg.image_size, data_cfg.image_size, data_cfg.channels)
+
+
 def pixel_split(data_cfg, split: str):
     """A source of uint8 images of split 'train' or 'test' (Dataset.pixels)."""
     return DATASETS[data_cfg.name].pixels(data_cfg, split)

@@ -1,5 +1,6 @@
-"""Diffusion processes (registered by name: ddpm, vp, flow, edm; every module of this package that registers one is
-imported: config.registry.import_parts), their schedules, bound terms and samplers of images."""
+"""Diffusion processes (registered by name: ddpm, vp, flow, edm on images; masked, and its autoregressive baseline,
+on tokens; every module of this package that registers one is imported: config.registry.import_parts), their
+schedules, bound terms and samplers."""
 
 from config.registry import import_parts
 from diffusion import gaussian, sampling

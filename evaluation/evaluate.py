@@ -28,7 +28,7 @@ import numpy as np
 from config.registry import LIKELIHOOD
 from config.validate import ConfigError, check_workdir
 from core import fingerprint
-from data import data_fingerprints, load_split, pixel_split
+from data import DATASETS, data_fingerprints, load_split, pixel_split
 from diffusion import PROCESSES
 from diffusion.base import Likelihood, Sampling
 from evaluation.features import fid_unavailable_reason, make_feature_space
@@ -37,7 +37,7 @@ from training import checkpoint as ckpt
 from training import report
 from training.lock import holder
 from training.setup import TRACES, build
-from training.step import make_apply, to_float
+from training.step import make_apply
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the code's revision is read here
 
@@ -102,7 +102,7 @@ def bound_fn(setup, num_t: int = 0):
             # the process folds timesteps into rows batch-major (gaussian.fold_timesteps: image b's k rows are
             # adjacent), so row r belongs to image r // k
             fn = lambda x, t: apply(params, x, t, None, None if y is None else jnp.repeat(y, x.shape[0] // y.shape[0]))
-            x = to_float(x_u8)
+            x = process.data_in(x_u8)
             if num_t:
                 return process.nll_bpd_estimate(fn, x, key, num_t, clip_denoised=clip, max_rows=chunk_rows)
             return process.nll_bpd(fn, x, key, clip_denoised=clip, max_rows=chunk_rows)[0]
@@ -171,7 +171,7 @@ def strata_fn(setup, strata: int, per_stratum: int, decoder_draws: int):
             process = setup.process.bind(params)
             fn = lambda x, t: apply(params, x, t, None, None if y is None else jnp.repeat(y, x.shape[0] // y.shape[0]))
             return process.nll_bpd_strata(
-                fn, to_float(x_u8), t_key, key, *design, clip_denoised=clip, max_rows=chunk_rows
+                fn, process.data_in(x_u8), t_key, key, *design, clip_denoised=clip, max_rows=chunk_rows
             )
 
         return jax.jit(batch_strata)
@@ -222,10 +222,10 @@ def strata_summary(decoder, parts, exact):
     return per_image, float(per_image.mean()), float(np.sqrt(var))
 
 
-def test_data(setup, n: int):
-    """(data [n, ...], labels [n] or None) of the first n images of the test split (-1: all): images, or a latent
-    model's latents; labels when the model is class-conditional."""
-    test = load_split(setup.config.data, "test")
+def test_data(setup, n: int, split: str = "test"):
+    """(data [n, ...], labels [n] or None) of the first n images of the test split (-1: all; or of `split`): images,
+    a latent model's latents, or token sequences; labels when the model is class-conditional."""
+    test = load_split(setup.config.data, split)
     n = len(test) if n == -1 else min(n, len(test))
     if setup.conditional:
         return test.get_labelled(np.arange(n))
@@ -376,8 +376,7 @@ def evaluate(config, workdir: str) -> dict:
         out = os.path.join(workdir, "eval")
         os.makedirs(out, exist_ok=True)
         if sampling:  # a process that does not sample has no grid (nor FID: record["fid"] says why)
-            grid = os.path.join(out, f"samples_{step:07d}.png")
-            report.save_grid(samples, grid)
+            grid = report.save_samples(c.data, samples, os.path.join(out, f"samples_{step:07d}"))
             record["samples"] = dict(
                 path=os.path.relpath(grid, workdir),
                 protocol=dict(
@@ -405,7 +404,9 @@ class PeriodicEval:
     def __init__(self, setup):
         c = setup.config
         self.setup, self.p = setup, c.eval.periodic
-        self.images, self.labels = test_data(setup, self.p.nll_images)
+        # a dataset with a validation split (text, data/text.py) is evaluated there; the test split is --mode=eval's
+        self.split = getattr(DATASETS[c.data.name], "periodic_split", "test")
+        self.images, self.labels = test_data(setup, self.p.nll_images, self.split)
         self.space = feature_space(setup)[0]
         self.bound = isinstance(setup.process, Likelihood)  # else FID alone (a process may offer either)
         self.key = jax.random.PRNGKey(self.KEY)
@@ -417,7 +418,7 @@ class PeriodicEval:
             nll=None
             if not self.bound
             else f"bpd_T{p.nll_timesteps}: {self.setup.process.estimate_protocol(p.nll_timesteps)} over "
-            f"{len(self.images)} test images",
+            f"{len(self.images)} {'test images' if self.split == 'test' else self.split + ' examples'}",
             fid=None
             if self.space is None
             else f"fid_N{p.num_samples} / kid_N{p.num_samples}: {p.num_samples} samples ({p.method}"

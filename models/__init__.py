@@ -1,5 +1,5 @@
-"""Denoising networks, registered by name (MODELS): the DDPM UNet ("unet"), DiT ("dit") and U-ViT ("uvit"); every
-module of this package that registers one is imported (config.registry.import_parts)."""
+"""Denoising networks, registered by name (MODELS): the DDPM UNet ("unet"), DiT ("dit"), U-ViT ("uvit") and the token
+transformer ("tokens"); every module of this package that registers one is imported (config.registry.import_parts)."""
 
 from config.registry import import_parts
 from models.base import DTYPES, MODELS, make_model

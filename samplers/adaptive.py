@@ -51,7 +51,7 @@ import jax.numpy as jnp
 import optax
 from jax.scipy.special import betainc
 
-from config.fields import Bool, Choice, FieldError, Int, Ints, Num
+from config.fields import Bool, Choice, ConfigError, FieldError, Int, Ints, Num
 from config.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE, LIKELIHOOD, Need
 from diffusion.time import continuous_grid, sweep_grid  # noqa: F401 (the sweep grids, importable from here)
 from samplers import policy_diagnostics
@@ -188,6 +188,11 @@ class AdaptiveSampler(Sampler):
 
     @classmethod
     def check(cls, cfg, ctx):
+        if ctx["vocab_size"]:  # tokens [B, L]: the policy (samplers/policy.py) is a conv net on images
+            raise ConfigError(
+                f"config.sampler.name='adaptive' is not allowed with config.data.name={ctx['data_name']!r}: its policy "
+                "network reads images and the data are tokens; use uniform or antithetic"
+            )
         T, B = ctx["T"], ctx["B"]
         K = len(range(0, T, cfg.sweep_stride))
         if not cfg.num_selected <= K:
@@ -319,7 +324,7 @@ class AdaptiveSampler(Sampler):
         cfg = self.cfg
         return bound_reduction(
             ctx, x0, y, ts, key, kind=self.row_kind, scale=self.reward_scale, common_noise=cfg.common_noise,
-            dropout=cfg.probe_dropout, chunk=cfg.probe_chunk_rows,
+            dropout=cfg.probe_dropout, chunk=cfg.probe_chunk_rows, draw_noise=self.process.draw_noise,
         )  # fmt: skip
 
     def _credit(self, ctx, x0, y, t, ts, key):
@@ -327,7 +332,7 @@ class AdaptiveSampler(Sampler):
         kind = "bound" if self.cfg.data_end == "decoder" else "kl"
         return credit(
             ctx, x0, y, t, ts, key, kind=kind, scale=self.reward_scale, dropout=self.cfg.probe_dropout,
-            chunk=self.cfg.probe_chunk_rows,
+            chunk=self.cfg.probe_chunk_rows, draw_noise=self.process.draw_noise,
         )  # fmt: skip
 
     def _policy_loss(self, params, x0, u, advantage, from_policy, c):

@@ -113,7 +113,7 @@ class BetaSearchSampler(Sampler):
         P, K = self.cfg.probe_images, self.cfg.probe_strata
         x0 = state["probe"]
         x0r, tr = jnp.repeat(x0, K, axis=0), jnp.tile(state["probe_t"], P)
-        noise = jax.random.normal(state["probe_key"], x0r.shape, jnp.float32)
+        noise = self.process.draw_noise(state["probe_key"], x0r)
         rows = ctx.rows_fn(params, x0r, tr, noise, kind="bound", rows_per_device=self.cfg.probe_chunk_rows)
         per_image = jnp.sum(rows.reshape(P, K) * state["probe_cells"], axis=1) * self.time.cell_share
         return jnp.mean(per_image)

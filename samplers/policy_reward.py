@@ -6,14 +6,15 @@ the rows function of its StepContext (training/rows.py spreads the rows over the
     credit           the first-order share of that reduction owed to each image's own draw, [N, K]
 
 `scale` is one grid cell's share of the bound (1 on the chain, 1 / grid in continuous time) for the bound's rows;
-`dropout` whether the network runs in train mode; `chunk` the rows per device at a time (0: all at once).
+`dropout` whether the network runs in train mode; `chunk` the rows per device at a time (0: all at once);
+`draw_noise(key, x0)` the process's noise for rows x0 (Process.draw_noise: Gaussian for images).
 """
 
 import jax
 import jax.numpy as jnp
 
 
-def bound_reduction(ctx, x0, y, ts, key, *, kind, scale, common_noise, dropout, chunk):
+def bound_reduction(ctx, x0, y, ts, key, *, kind, scale, common_noise, dropout, chunk, draw_noise):
     """KL(theta_k) - KL(theta_{k+1}) at every timestep of ts [K] for every image of x0 [N] (labels y [N] or
     None): [N, K]. The N K rows are laid out image-major (the K rows of an image stay on the device that holds
     it)."""
@@ -25,7 +26,7 @@ def bound_reduction(ctx, x0, y, ts, key, *, kind, scale, common_noise, dropout, 
         kn_after, kd_after = kn_before, kd_before
 
     def kl(params, k_noise, k_dropout):
-        noise = jax.random.normal(k_noise, x0r.shape, jnp.float32)
+        noise = draw_noise(k_noise, x0r)
         dropout_key = k_dropout if dropout else None
         terms = ctx.rows_fn(
             params,
@@ -43,7 +44,7 @@ def bound_reduction(ctx, x0, y, ts, key, *, kind, scale, common_noise, dropout, 
     return delta * scale
 
 
-def credit(ctx, x0, y, t, ts, key, *, kind, scale, dropout, chunk):
+def credit(ctx, x0, y, t, ts, key, *, kind, scale, dropout, chunk, draw_noise):
     """<grad l_i(theta_k; t_i), grad KL_s(theta_k)> for every probe image i [N] (drawn at t [N] this step) and
     every s of ts [K]: [N, K]. KL_s is the bound's term at s, averaged over the N images (their own noise); l_i
     is image i's training objective w(t_i) MSE (+ extra) with fresh noise, without the sampler's importance
@@ -56,12 +57,12 @@ def credit(ctx, x0, y, t, ts, key, *, kind, scale, dropout, chunk):
     params = ctx.params_before
 
     def term(p, s):  # the mean over the images of the bound's term at ts[s] (one grid cell's share)
-        noise = jax.random.normal(jax.random.fold_in(k_rows, s), x0.shape, jnp.float32)
+        noise = draw_noise(jax.random.fold_in(k_rows, s), x0)
         tr = jnp.full((N,), ts[s], ts.dtype)
         rows = ctx.rows_fn(p, x0, tr, noise, kind=kind, y=y, dropout_key=drop, rows_per_device=chunk)
         return jnp.mean(rows) * scale
 
-    loss_noise = jax.random.normal(k_loss, x0.shape, jnp.float32)
+    loss_noise = draw_noise(k_loss, x0)
     loss_dropout = k_loss_drop if dropout else None
     losses = lambda p: ctx.objective(p, x0, t, loss_noise, loss_dropout, y)[0]
     cols = [jax.jvp(losses, (params,), (jax.grad(term)(params, s),))[1] for s in range(K)]

@@ -10,6 +10,18 @@ POLICY_DENSITY = "sampler/policy_density"
 HISTOGRAMS = {"t_hist": "timesteps/drawn", POLICY_DENSITY: "timesteps/policy_density"}
 
 
+def save_samples(data_cfg, samples, stem: str) -> str:
+    """Samples at path stem + an extension: text where the dataset writes its own (data/text.py write_samples), else
+    a PNG grid of images; returns the path."""
+    from data import DATASETS
+
+    write = getattr(DATASETS[data_cfg.name], "write_samples", None)
+    if write is not None:
+        return write(samples, stem)
+    save_grid(samples, stem + ".png")
+    return stem + ".png"
+
+
 def save_grid(images_u8: np.ndarray, path: str):
     """Tile uint8 images [N, H, W, C] into a square-ish PNG grid (upscaled for tiny images)."""
     from PIL import Image

@@ -17,7 +17,7 @@ import numpy as np
 from absl import logging
 
 from config.validate import check_workdir
-from data import BatchIterator, data_fingerprints, load_split
+from data import DATASETS, BatchIterator, data_fingerprints, load_split
 from diffusion.base import Sampling
 from evaluation.evaluate import PeriodicEval
 from evaluation.generate import generate
@@ -152,6 +152,12 @@ class Loop:
         clocks."""
         t_eval = time.perf_counter()
         scalars = self._periodic()(state.ema_params)
+        if isinstance(self.setup.process, Sampling) and hasattr(DATASETS[self.c.data.name], "write_samples"):
+            # text: samples at every evaluation are cheap to look at (images get their grid at the end)
+            key = jax.random.fold_in(jax.random.PRNGKey(self.c.seed), 0x5A5A)
+            samples = generate(self.setup, state.ema_params, key, self.c.sample.num)
+            if self.is_main:
+                report.save_samples(self.c.data, samples, os.path.join(self.workdir, "samples", f"step_{done:07d}"))
         scalars["train_seconds"] = self._train_seconds(t_eval)
         self.writer.write(done, scalars)
         self.bar.set_postfix(
@@ -224,7 +230,7 @@ class Loop:
             c.train.batch_size,
             self.setup.batch_sharding,
             start_step=start,
-            random_flip=c.data.random_flip,
+            random_flip=c.data.get("random_flip", False),  # text has no flips
             labels=self.setup.conditional,
             workers=c.data.workers,
         )
@@ -291,9 +297,10 @@ class Loop:
         if isinstance(self.setup.process, Sampling):
             key = jax.random.fold_in(jax.random.PRNGKey(self.c.seed), 0x5A5A)
             images = generate(self.setup, state.ema_params, key, self.c.sample.num)
-            path = os.path.join(self.workdir, "samples", f"step_{int(state.step):07d}.png")
+            stem = os.path.join(self.workdir, "samples", f"step_{int(state.step):07d}")
+            path = stem + ".png"
             if self.is_main:
-                report.save_grid(images, path)
+                path = report.save_samples(self.c.data, images, stem)
             lines.append(f"Samples: {path}")
         else:
             lines.append(f"Samples: none (config.diffusion.name={self.c.diffusion.name!r} does not sample)")
