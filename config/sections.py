@@ -20,7 +20,7 @@ from evaluation.features import kind as fid_kind
 
 # every registered process's sampling methods: the config fields accept these; validation keeps the configured
 # process's own
-ALL_METHODS = tuple(dict.fromkeys(m for name in PROCESSES.names() for m in PROCESSES[name].methods))
+ALL_METHODS = tuple(dict.fromkeys(m for name in PROCESSES.names() for m in getattr(PROCESSES[name], "methods", ())))
 
 # Every train field may change when a run is resumed (a longer run, another learning rate).
 TRAIN_FIELDS = all_mutable(

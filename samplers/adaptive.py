@@ -338,9 +338,9 @@ class AdaptiveSampler(Sampler):
     def _policy_loss(self, params, x0, u, advantage, from_policy, c):
         """The REINFORCE loss with entropy coefficient c, and the probe images' mean entropy."""
         a, b = self.policy.apply(params, x0)
+        logp = beta_log_prob(u, a, b)  # traced before the entropy: the order keeps runs bit-identical
         ent = beta_entropy(a, b)
-        loss = reinforce_loss(beta_log_prob(u, a, b), ent, advantage, from_policy, c, self.cfg.entropy_form)
-        return loss, jnp.mean(ent)
+        return reinforce_loss(logp, ent, advantage, from_policy, c, self.cfg.entropy_form), jnp.mean(ent)
 
     def _advantage(self, state, reward):
         """(A [P], the state's updated running statistics): the advantage of each probe image's reward."""
