@@ -219,7 +219,8 @@ def bootstrap(G, L, a, rho_schedule, gram, floor, cross, n, seed=0):
             floor,
             cross,
         )
-        for k, v in {**s["ratios"], **{"V:" + k: v for k, v in s["variance_ratios"].items()}}.items():
+        extra = dict(mean_grad_share=s["mean_grad_sq"] / s["M"]["uniform"])
+        for k, v in {**s["ratios"], **{"V:" + k: v for k, v in s["variance_ratios"].items()}, **extra}.items():
             draws.setdefault(k, []).append(v)
     ci = {k: tuple(float(x) for x in np.percentile(v, [2.5, 97.5])) for k, v in draws.items()}
     sd = {k: float(np.std(v, ddof=1)) for k, v in draws.items()}
@@ -429,8 +430,11 @@ def tables(results, args, seconds):
         v, ci = r["variance_ratios"], r["ci"]
         cell = lambda k: fmt_ci(v[k], ci["V:" + k]) if k in v else "-"
         a = r["tv"]
+        share = f"{r['mean_grad_sq'] / r['M']['uniform']:.3g}"
+        if "mean_grad_share" in ci:
+            share += f" [{ci['mean_grad_share'][0]:.3g}, {ci['mean_grad_share'][1]:.3g}]"
         lines.append(
-            f"| {step} | {r['mean_grad_sq'] / r['M']['uniform']:.3g} | {r['b_noise_uniform']:.3g} | "
+            f"| {step} | {share} | {r['b_noise_uniform']:.3g} | "
             f"{cell('schedule_over_best_marginal')} | {cell('uniform_over_best_marginal')} | "
             f"{cell('uniform_over_schedule')} | {a['loss_second_moment_vs_best_marginal']:.3f} | "
             f"{a['loss_mean_vs_best_marginal']:.3f} | {a['loss_per_image_vs_best_per_image']:.3f} | "
@@ -473,16 +477,18 @@ def plot(results, path):
             ax.hlines(rho, lo, hi, label=name, linestyles=style, lw=1.5, color=f"C{FITTED.index(name)}")
         pi = np.asarray(d["best per image"])  # [N, K] relative to uniform
         ax.fill_between(
-            0.5 * (lo + hi),
-            np.percentile(pi, 10, 0),
-            np.percentile(pi, 90, 0),
-            step="mid",
+            np.column_stack([lo, hi]).ravel(),
+            np.repeat(np.percentile(pi, 10, 0), 2),
+            np.repeat(np.percentile(pi, 90, 0), 2),
             alpha=0.25,
             color="C4",
             label="best per image (10-90% over images)",
         )
         ax.axhline(1.0, color="grey", lw=1, label="uniform")
         ax.set(title=f"step {step}", xlabel="t / T", ylabel="p(t) / u(t)", yscale="log")
+        if results["strata_kind"] == "geometric":  # strata even in log t: so is the axis
+            ax.set_xscale("log")
+            ax.set_xlim(0.5 * hi[0], 1.0)
         ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
