@@ -423,8 +423,8 @@ def tables(results, args, seconds):
         "",
         "| step | \\|E g\\|^2 / M(uniform) | B_noise(uniform) | V(sched)/V(best marg) | V(unif)/V(best marg) | "
         "V(unif)/V(sched) | TV(LSM, best marg) | TV(loss mean, best marg) | TV(loss per image, best per image) | "
-        "TV(best marg, best per image) | TV(uniform, best marg) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "TV(best marg, best per image) | TV(uniform, best marg) | TV(sched, best marg) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for step, r in results["checkpoints"].items():
         v, ci = r["variance_ratios"], r["ci"]
@@ -438,7 +438,8 @@ def tables(results, args, seconds):
             f"{cell('schedule_over_best_marginal')} | {cell('uniform_over_best_marginal')} | "
             f"{cell('uniform_over_schedule')} | {a['loss_second_moment_vs_best_marginal']:.3f} | "
             f"{a['loss_mean_vs_best_marginal']:.3f} | {a['loss_per_image_vs_best_per_image']:.3f} | "
-            f"{a['best_marginal_vs_best_per_image']:.3f} | {a['uniform_vs_best_marginal']:.3f} |"
+            f"{a['best_marginal_vs_best_per_image']:.3f} | {a['uniform_vs_best_marginal']:.3f} | "
+            f"{a.get('schedule_vs_best_marginal', float('nan')):.3f} |"
         )
     lines += [
         "",
@@ -532,7 +533,13 @@ def main():
     edges = np.cumsum(np.concatenate([[0.0], a]))  # the strata's edges in t / T (or t)
     B = int(base.train.batch_size)
     results = dict(
-        config=args.config, workdir=wd, strata_kind=kind, a=a.tolist(), batch=B, args=vars(args), checkpoints={}
+        config=args.config,
+        workdir=os.path.relpath(wd, ROOT),
+        strata_kind=kind,
+        a=a.tolist(),
+        batch=B,
+        args=vars(args),
+        checkpoints={},
     )
     t0 = time.perf_counter()
     for step in steps:
@@ -548,6 +555,11 @@ def main():
                 model[name] = steps_model(s["V"]["uniform"] / s["V"][name], b_noise, B)
         fits = {name: fit(name, G, L, a, args.floor) for name in FITTED}
         x, rho_curve = schedule_curve(setup, state.sampler_state)
+        stratum_of = np.clip(np.searchsorted(edges, x, side="right") - 1, 0, len(a) - 1)
+        sched_mass = (
+            np.bincount(stratum_of, rho_curve, len(a)) / np.maximum(np.bincount(stratum_of, None, len(a)), 1) * a
+        )
+        s["tv"]["schedule_vs_best_marginal"] = tv(sched_mass / sched_mass.sum(), fits["best marginal"])
         densities = {k: (v / a).tolist() for k, v in fits.items()}
         densities.update(edges=edges.tolist(), schedule_x=x.tolist(), schedule_rho=rho_curve.tolist())
         results["checkpoints"][str(step)] = dict(
