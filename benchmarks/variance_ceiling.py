@@ -58,8 +58,9 @@ What a ratio is worth in steps: a model, not a measurement (docs/benchmarks.md#t
 scale B_noise(p) = V(p) / |E g|^2 (McCandlish et al. 2018's simple noise scale of the per-example gradient), steps to
 a target scale as S(p) = S_min (1 + B_noise(p) / B) at batch B; a variance ratio r is a batch r times larger.
 
-Written to OUT: variance_ceiling.md (tables), variance_ceiling.json (every number) and variance_ceiling.png (the
-proposals' densities relative to uniform over t at each checkpoint).
+Written to OUT: variance_ceiling.md (tables), variance_ceiling.json (every number), variance_ceiling.png (the
+proposals' densities relative to uniform over t at each checkpoint) and tables_STEP.npz (G, L, rho, the Gram
+matrix, t and a of each checkpoint: every figure above is a function of them).
 """
 
 import argparse
@@ -151,11 +152,15 @@ def moments(G, L, a, rho_schedule, floor=0.001, cross=True):
     return out
 
 
-def mean_gradient_sq(gram):
-    """|E g|^2 estimated without bias from the Gram matrix gram [N, N] = h h^T of per-image mean gradients:
-    (sum_ij gram - trace) / (N (N - 1))."""
+def mean_gradient_sq(gram, ids=None):
+    """|E g|^2 estimated without bias from the Gram matrix gram [N, N] = h h^T of per-image mean gradients: the mean
+    of gram over pairs of different images, (sum_ij gram - trace) / (N (N - 1)). ids [N]: each row's image (a
+    bootstrap resample repeats images; a pair of copies of one image is left out like the diagonal)."""
     N = gram.shape[0]
-    return float((gram.sum() - np.trace(gram)) / (N * (N - 1)))
+    if ids is None:
+        return float((gram.sum() - np.trace(gram)) / (N * (N - 1)))
+    other = ids[:, None] != ids[None, :]
+    return float(gram[other].sum() / max(other.sum(), 1))
 
 
 def tv(p, q):
@@ -163,12 +168,12 @@ def tv(p, q):
     return float(np.mean(0.5 * np.abs(p - q).sum(-1)))
 
 
-def summary(G, L, a, rho_schedule, gram, floor=0.001, cross=True):
+def summary(G, L, a, rho_schedule, gram, floor=0.001, cross=True, ids=None):
     """Every figure of one checkpoint: M and V of each proposal, the ratios, the proxies' TV from the best
-    proposals."""
+    proposals (ids: the images of a bootstrap resample, for mean_gradient_sq)."""
     M = moments(G, L, a, rho_schedule, floor, cross)
     plug = moments(G, L, a, None, floor, cross=False)
-    eg2 = mean_gradient_sq(gram) if gram is not None else float("nan")
+    eg2 = mean_gradient_sq(gram, ids) if gram is not None else float("nan")
     V = {k: m - eg2 for k, m in M.items()}
     ratios = dict(
         uniform_over_best_marginal=M["uniform"] / M["best marginal"],
@@ -218,6 +223,7 @@ def bootstrap(G, L, a, rho_schedule, gram, floor, cross, n, seed=0):
             None if gram is None else gram[np.ix_(i, i)],
             floor,
             cross,
+            ids=i,
         )
         extra = dict(mean_grad_share=s["mean_grad_sq"] / s["M"]["uniform"])
         for k, v in {**s["ratios"], **{"V:" + k: v for k, v in s["variance_ratios"].items()}, **extra}.items():
@@ -547,6 +553,7 @@ def main():
         state = restore_at(setup, wd, step)
         G, L, rho, gram, t = grid_tables(setup, state.params, state.sampler_state, images, labels, args, lo, size, a)
         s = summary(G, L, a, rho, gram, args.floor)
+        np.savez_compressed(os.path.join(args.out, f"tables_{step}.npz"), G=G, L=L, rho=rho, gram=gram, t=t, a=a)
         ci, sd = bootstrap(G, L, a, rho, gram, args.floor, True, args.bootstrap)
         b_noise = s["V"]["uniform"] / s["mean_grad_sq"] if s["mean_grad_sq"] > 0 else float("inf")
         model = {}

@@ -96,3 +96,9 @@ def test_geometric_strata_of_a_chain_cover_every_step_once():
     assert lo[0] == 0 and size[0] == 1 and np.all(size >= 1)
     assert np.all(lo[1:] == lo[:-1] + size[:-1]) and lo[-1] + size[-1] == T
     assert a.sum() == pytest.approx(1.0)
+
+
+def test_mean_gradient_of_a_bootstrap_resample_leaves_out_pairs_of_one_image():
+    h = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])  # rows 0 and 1: two copies of one image
+    assert mean_gradient_sq(h @ h.T) == pytest.approx(2.0 / 6.0)
+    assert mean_gradient_sq(h @ h.T, ids=np.array([0, 0, 1])) == pytest.approx(0.0)
