@@ -1,6 +1,6 @@
 """The variance ceiling of unbiased timestep sampling: at checkpoints of a run, how large the second moment of the
-importance-weighted gradient is under uniform t, the adaptive noise schedule's p, two loss-based proxies, and the
-two variance-optimal proposals (docs/benchmarks.md#the-variance-ceiling).
+importance-weighted gradient is under uniform t, the adaptive noise schedule's p, three loss-based proxies and the
+two variance-optimal proposals (docs/benchmarks.md#the-variance-ceiling-2026-12-07).
 
     python benchmarks/variance_ceiling.py --config=configs/default.py --out=workdirs/vc_ddpm --steps=250,1000,2000
     python benchmarks/variance_ceiling.py --config=configs/flow.py --out=workdirs/vc_flow --steps=250,1000,2000
@@ -33,7 +33,7 @@ Minimised over pi with Gbar_k = mean_{r,n} G[r,n,k]:
     best marginal   pi_k proportional to a_k sqrt(Gbar_k)        (p*(t) proportional to sqrt(E_x |g(x,t)|^2))
                     M = (sum_k a_k sqrt(Gbar_k))^2
     best per image  pi_nk proportional to a_k sqrt(mean_r G[r,n,k]) (p*(t|x) proportional to |g(x,t)|)
-                    M = mean_n (sum_k a_k sqrt(mean_r G[r,n,k]))^2  (with R = 1)
+                    M = mean_n (sum_k a_k sqrt(mean_r G[r,n,k]))^2
 
 and for any G: M(best per image) <= M(best marginal) <= M(uniform) = mean sum_k a_k G (Cauchy-Schwarz). The proxies,
 from the same rows' losses: "loss mean" (the schedule's rule: pi_k proportional to a_k mean L) and "loss second
@@ -54,9 +54,10 @@ The mean gradient. h_n = mean_r sum_k a_k g(x_n, t_rnk) is unbiased for image n'
 matrix h h^T), and the variance part of each proposal is V(p) = M(p) - |E g|^2 (the same |E g|^2 for every unbiased
 p). Errors: a bootstrap over images (--bootstrap resamples; all fits redone), 95% percentile intervals of the ratios.
 
-What a ratio is worth in steps: a model, not a measurement (docs/benchmarks.md#the-variance-ceiling). With the noise
-scale B_noise(p) = V(p) / |E g|^2 (McCandlish et al. 2018's simple noise scale of the per-example gradient), steps to
-a target scale as S(p) = S_min (1 + B_noise(p) / B) at batch B; a variance ratio r is a batch r times larger.
+What a ratio is worth in steps: a model, not a measurement (docs/benchmarks.md#the-variance-ceiling-2026-12-07).
+With the noise scale B_noise(p) = V(p) / |E g|^2 (McCandlish et al. 2018's simple noise scale of the per-example
+gradient), steps to a target scale as S(p) = S_min (1 + B_noise(p) / B) at batch B; a variance ratio r is a batch r
+times larger.
 
 Written to OUT: variance_ceiling.md (tables), variance_ceiling.json (every number), variance_ceiling.png (the
 proposals' densities relative to uniform over t at each checkpoint) and tables_STEP.npz (G, L, rho, the Gram
