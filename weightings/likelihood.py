@@ -25,13 +25,16 @@ from weightings.base import WEIGHTINGS, Weighting
 
 
 def bound_weights_eps(process) -> np.ndarray:
-    """w_eps(t) of every step (module docstring), float64 [T], not normalised."""
-    s = process.schedule.np64
-    beta, abar = s["betas"], s["alphas_cumprod"]
-    if process.variance == "fixed_small":
-        var = np.exp(s["posterior_log_variance_clipped"])
+    """w_eps(t) of every step (module docstring), float64 [T], not normalised; from the chain's alpha_bar alone:
+    beta_t = 1 - alpha_bar_t / alpha_bar_{t-1}, beta~_t = beta_t (1 - alpha_bar_{t-1}) / (1 - alpha_bar_t)."""
+    abar = process.alphas_cumprod_np()
+    prev = np.concatenate([[1.0], abar[:-1]])
+    beta = 1.0 - abar / prev
+    tilde = beta * (1.0 - prev) / (1.0 - abar)
+    if getattr(process, "variance", "fixed_large") == "fixed_small":
+        var = np.concatenate([tilde[1:2], tilde[1:]])  # its log clipped at t = 0: beta~_1 there
     else:
-        var = np.concatenate([s["posterior_variance"][1:2], beta[1:]])
+        var = np.concatenate([tilde[1:2], beta[1:]])
     return beta**2 / (2.0 * var * (1.0 - beta) * (1.0 - abar))
 
 
