@@ -244,13 +244,19 @@ def steps_model(v_ratio_of_p, b_noise_uniform, batch):
 # -- the grid on the model ---------------------------------------------------------------------------------------
 
 
+def on_chain(process) -> bool:
+    """Whether the process's time is the DDPM chain's steps (the one place this benchmark tells the domains apart)."""
+    from diffusion.time import DiscreteTime
+
+    return isinstance(process.time, DiscreteTime)
+
+
 def strata(process, K: int, kind: str):
     """(lo [K], size [K], a [K]): the strata of the time domain (module docstring); on a chain in steps, in
     continuous time in units of t."""
     from diffusion.gaussian import stratum_edges
-    from diffusion.time import DiscreteTime
 
-    if isinstance(process.time, DiscreteTime):
+    if on_chain(process):
         T = process.time.size
         if kind == "geometric":
             edges = np.concatenate([[0], stratum_edges(T, K - 1)])
@@ -266,10 +272,10 @@ def draw_times(process, key, lo, size, shape):
     import jax
     import jax.numpy as jnp
 
-    from diffusion.time import STRATA_EPS, DiscreteTime
+    from diffusion.time import STRATA_EPS
 
     u = jax.random.uniform(key, (*shape, len(lo)))
-    if isinstance(process.time, DiscreteTime):
+    if on_chain(process):
         t = jnp.asarray(lo) + jnp.floor(u * jnp.asarray(size)).astype(jnp.int32)
         return jnp.minimum(t, jnp.asarray(lo + size - 1)).astype(jnp.int32)
     t = jnp.asarray(lo, jnp.float32) + u * jnp.asarray(size, jnp.float32)
@@ -347,10 +353,8 @@ def schedule_curve(setup, sampler_state, points: int = 1000):
     import jax
     import jax.numpy as jnp
 
-    from diffusion.time import DiscreteTime
-
     time_ = setup.process.time
-    if isinstance(time_, DiscreteTime):
+    if on_chain(setup.process):
         t = np.arange(time_.size)
         x = (t + 0.5) / time_.size
     else:
@@ -529,13 +533,12 @@ def main():
     from training.platform import configure_cpu_devices
 
     configure_cpu_devices(base)
-    from diffusion.time import DiscreteTime
     from evaluation.evaluate import test_data
     from training.setup import build
 
     setup = build(base)
     images, labels = test_data(setup, args.images)
-    kind = args.strata_kind if isinstance(setup.process.time, DiscreteTime) else "even"
+    kind = args.strata_kind if on_chain(setup.process) else "even"
     lo, size, a = strata(setup.process, args.strata, kind)
     edges = np.cumsum(np.concatenate([[0.0], a]))  # the strata's edges in t / T (or t)
     B = int(base.train.batch_size)
