@@ -50,6 +50,31 @@ def test_workdir_of_another_config_is_refused(finished_run):
     assert len(err) == 1 and "different run" in err[0] and "config.diffusion.schedule: 'linear'" in err[0]
 
 
+def test_a_workdir_refused_for_another_sampler_names_the_switch_first(tmp_path):
+    """Switching the sampler changes its sub-config's fields too (another sampler, other fields): the refusal names
+    the switch itself first, then how many fields follow from it, then the other changes."""
+    from config.fields import flatten, override
+    from configs.default import get_config
+    from training.checkpoint import WorkdirMismatch, check_run_identity, run_identity
+
+    check_run_identity(get_config(), str(tmp_path))
+    switched = override(get_config(), {"sampler.name": "adaptive_noise"})
+    with pytest.raises(WorkdirMismatch) as e:
+        check_run_identity(switched, str(tmp_path))
+    msg = str(e.value)
+    # the workdir's sampler's defining fields (its learning rates are mutable: not among them); the new sampler's,
+    # absent from the workdir, are taken to have had their defaults there, as fields newer than a workdir are
+    follow = len(flatten(run_identity(get_config())["sampler"])) - 1
+    assert follow > 5  # more than the five differences the message names
+    assert (
+        f"(workdir -> now: config.sampler.name: 'adaptive' -> 'adaptive_noise', and {follow} fields of "
+        "config.sampler that follow from it). Use a new --workdir" in msg
+    ), msg
+    with pytest.raises(WorkdirMismatch) as e:
+        check_run_identity(override(switched, {"seed": 3, "diffusion.schedule": "cosine"}), str(tmp_path))
+    assert "follow from it; config.diffusion.schedule: 'linear' -> 'cosine'; config.seed: 0 -> 3)" in str(e.value)
+
+
 def test_unknown_sampler_stops_with_one_line(tmp_path):
     r = run_main(tmp_path / "w", "--config.sampler.name=bogus")
     assert r.returncode == 2
