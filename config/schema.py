@@ -128,6 +128,27 @@ def check_parts(config, devices=None):
             REGISTRIES[section][0].check(config[section], ctx)
 
 
+def describe(config) -> str:
+    """Every field that counts for this config (active_fields), one line each: its value, what it allows and
+    whether it defines the run (training/checkpoint.py) or may change when the run resumes."""
+    from config.fields import get
+
+    fields, ctx = active_fields(config), context(config)
+    width = max(len(f"config.{p} = {get(config, p)!r}") for p in fields)
+    lines = []
+    for path, field in fields.items():
+        what = f"config.{path} = {get(config, path)!r}"
+        when = "may change on resume" if field.mutable else "defines the run"
+        lines.append(f"{what:<{width}}  # {field.allows(ctx)}; {when}")
+    for section in ("sampler", "weighting"):
+        others = [n for n in REGISTRIES[section][0].names() if n != config[section].name]
+        lines.append(
+            f"# config.{section}.<{'|'.join(others)}>.*: the other {section}s' fields, unused with "
+            f"config.{section}.name={config[section].name!r}"
+        )
+    return "\n".join(lines)
+
+
 def switch_part(config, section: str, name: str) -> list:
     """Make a flat section (data, model, diffusion) name another part, in place: the section recomposed from the
     new part's own defaults; the section's common fields keep the config's values except those the new part gives
@@ -181,5 +202,6 @@ __all__ = [
     "context",
     "check_names",
     "check_parts",
+    "describe",
     "switch_part",
 ]
