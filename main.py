@@ -49,6 +49,7 @@ def main(argv):
 
     from config.overrides import apply_switches
     from config.validate import ConfigError, check_fields, check_values
+    from core.compilation_cache import configure_compilation_cache
     from data.latents import planned_latents
     from training.platform import configure_cpu_devices
 
@@ -67,6 +68,7 @@ def main(argv):
         print(describe(FLAGS.config), flush=True)
         return 0
     configure_cpu_devices(FLAGS.config)  # before JAX starts its backends
+    configure_compilation_cache(FLAGS.config)
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     if FLAGS.distributed:
         import jax

@@ -34,15 +34,16 @@ def classifier_dataset(config) -> str:
 @dataclasses.dataclass
 class FeatureSpace:
     name: str  # "digits_classifier" | "inception_v3_pool3"
-    features: Callable  # uint8 [N, H, W, C] -> float64 [N, d]
+    features: Callable  # (uint8 [N, H, W, C], tick=None) -> float64 [N, d]; tick(n) after each batch of n
     mu: np.ndarray
     sigma: np.ndarray
     reference_features: np.ndarray | None
     protocol: dict  # what the reference is, weights, classifier accuracy
 
-    def score(self, images_u8, kid_subsets=100, kid_subset_size=1000) -> dict:
-        """FID and KID of images against the reference, with their protocol."""
-        f = self.features(images_u8)
+    def score(self, images_u8, kid_subsets=100, kid_subset_size=1000, tick=None) -> dict:
+        """FID and KID of images against the reference, with their protocol; tick(n) after each batch of n images'
+        features (a progress bar's update)."""
+        f = self.features(images_u8, tick=tick)
         mu, sigma = frechet.statistics(f)
         out = dict(fid=frechet.frechet_distance(mu, sigma, self.mu, self.sigma))
         if self.reference_features is not None:

@@ -477,3 +477,21 @@ def test_show_mode_prints_every_field_with_what_it_allows(tmp_path):
     assert os.listdir(tmp_path) == []
     r = subprocess.run([sys.executable, f"{ROOT}/main.py", "--help"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "--mode=show" in r.stdout and "docs/config.md" in r.stdout
+
+
+def test_a_step_too_large_for_the_memory_there_is_is_refused_before_it_runs(tmp_path):
+    """The compiled step's memory analysis against the memory a device has: a batch that needs more is one line
+    naming config.train.batch_size and both figures (on main, the kernel killed such a run: exit 137, no message);
+    the tiny step fits this machine."""
+    from training import aot
+    from training.setup import build
+
+    setup = build(tiny_config())
+    compiled, _ = aot.compile_step(setup, 1)  # the program of finished_run's main.py: in the compilation cache
+    assert aot.memory_problem(setup, compiled) is None
+    need = aot.peak_bytes(aot.step_report(setup, compiled, 0.0)) - aot.state_bytes_per_device(setup)
+    assert 0 < need < 2**30
+    assert aot.memory_problem(setup, compiled, available=need, source="test") is None
+    line = aot.memory_problem(setup, compiled, available=need - 1, source="what a test allows")
+    assert line.startswith("config.train.batch_size=16 is too large for this machine with this model (")
+    assert f"{(need - 1) / 2**30:.1f} GiB is available (what a test allows)" in line and "\n" not in line
