@@ -94,13 +94,15 @@ def metrics_without_clocks(workdir):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="a folder for the workdirs and caches (emptied first)")
+    ap.add_argument("--out", help="a folder for the workdirs and caches (emptied first)")
     ap.add_argument("--steps", type=int, default=100, help="training steps of the first run (default 100)")
     ap.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help="a config override (repeatable)")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return child(json.loads(args.child))
+    if not args.out:
+        ap.error("--out is required")
     if os.path.exists(args.out):
         shutil.rmtree(args.out)
     os.makedirs(args.out)
