@@ -46,10 +46,12 @@ def child(spec: dict):
     import jax
 
     counts = dict(compile_s=0.0, hits=0, misses=0)
+    by_program = {}
 
-    def on_duration(event, duration, **_):
+    def on_duration(event, duration, fun_name="?", **_):
         if event == "/jax/core/compile/backend_compile_duration":
             counts["compile_s"] += duration
+            by_program[fun_name] = by_program.get(fun_name, 0.0) + duration
 
     def on_event(event, **_):
         if event in ("/jax/compilation_cache/cache_hits", "/jax/compilation_cache/cache_misses"):
@@ -61,10 +63,15 @@ def child(spec: dict):
 
     for k in range(1, spec["chunks"] + 1):
         counts.update(compile_s=0.0, hits=0, misses=0)
+        by_program.clear()
         config.train.num_steps = spec["steps"] * k // spec["chunks"]
         t0 = time.perf_counter()
         rc = main.run(config, spec["workdir"], spec["mode"])
-        print("RESULT " + json.dumps(dict(counts, rc=rc, wall_s=time.perf_counter() - t0)), flush=True)
+        top = dict(sorted(by_program.items(), key=lambda kv: -kv[1])[:6])
+        row = dict(counts, rc=rc, wall_s=time.perf_counter() - t0, programs=len(by_program), slowest=top)
+        print("RESULT " + json.dumps(row), flush=True)
+        with open(os.path.join(os.path.dirname(spec["workdir"]), "phases.jsonl"), "a") as f:
+            f.write(json.dumps(dict(row, workdir=spec["workdir"], mode=spec["mode"], chunk=k)) + "\n")
 
 
 def phase(name, mode, workdir, steps, cache, sets, chunks=1):

@@ -462,9 +462,9 @@ def test_show_mode_prints_every_field_with_what_it_allows(tmp_path):
     from config.overrides import apply_switches
     from config.schema import active_fields
     from configs.default import get_config
-    from conftest import ROOT
+    from conftest import ROOT, main_cmd
 
-    cmd = [sys.executable, f"{ROOT}/main.py", "--mode=show", "--config.model.name=dit", "--config.train.lr=0.01"]
+    cmd = main_cmd("--mode=show", "--config.model.name=dit", "--config.train.lr=0.01")
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-3000:]
     lines = [line for line in r.stdout.splitlines() if line.startswith("config.")]
