@@ -89,6 +89,7 @@ def run(config, workdir, mode: str = "train") -> int:
     from config.validate import ConfigError
     from core.torch_file import NotAStateDict
     from data import CorruptRecord, DatasetNotFound
+    from evaluation.classifier import DamagedWeights
     from training.checkpoint import CheckpointUnreadable, CheckpointWriteFailed, WorkdirMismatch
     from training.lock import WorkdirLocked
     from training.train import TrainingDiverged, train
@@ -131,7 +132,7 @@ def run(config, workdir, mode: str = "train") -> int:
     except TrainingDiverged as e:
         print(f"error: training diverged at {e}", file=sys.stderr)
         return 1
-    except (CheckpointUnreadable, CheckpointWriteFailed, CorruptRecord) as e:
+    except (CheckpointUnreadable, CheckpointWriteFailed, CorruptRecord, DamagedWeights) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     return 0

@@ -8,7 +8,7 @@ learned schedules) with the learned sampler, the default with the learned sample
 the gradient-variance sampler and a class-conditional model) trains the tests' tiny model (tests/conftest.py TINY)
 for --steps steps from both checkouts, on 8 CPU devices, and compares every metrics record without its clock
 fields, every checkpoint array (restored by its own metadata; a learned sampler's state of the layout before
-PolicyState is matched by samplers/adaptive.py PolicyState.LEGACY_NAMES) and the sample pictures byte for byte. A
+PolicyState is matched by samplers/policy_state.py PolicyState.LEGACY_NAMES) and the sample pictures byte for byte. A
 finished run is not run again (use a fresh --out after a change). Prints one line per setting; exits 1 if anything
 differs."""
 
@@ -80,7 +80,7 @@ def arrays(workdir, step):
     import numpy as np
 
     from conftest import restore_checkpoint
-    from samplers.adaptive import PolicyState
+    from samplers.policy_state import PolicyState
 
     _, state = restore_checkpoint(workdir, step)
     old = PolicyState.LEGACY_NAMES

@@ -43,12 +43,21 @@ either way); the wall-clock is not: runs started before this option (2026-12-06)
 (docs/benchmarks.md#the-bound-estimate-in-the-tables-2026-12-04 names them and gives the difference).
 
 Records (--records=DIR): a table of many seeds outlives the machine it started on. A finished run's record is the
-few files the table is built from (RECORD_FILES: its config, metrics.jsonl, bench_seconds.json and eval JSONs; no
-checkpoint; 50 to 90 kB for a DDPM run of 2,000 steps). With --records, each run's record is copied to
-DIR/RUN_seedS as soon as the run finishes, and before anything trains every record in DIR whose workdir is absent
-from OUT is copied into OUT, so that the run counts as finished and is not run again: commit DIR, and a clean clone
-on another machine continues the table where the last one stopped. A workdir already in OUT is never overwritten by
-a record (a partial run there resumes).
+few files the table is built from (RECORD_FILES: its config, metrics.jsonl, bench_seconds.json, fingerprints.json
+and eval JSONs; no checkpoint; 50 to 90 kB for a DDPM run of 2,000 steps). With --records, each run's record is
+copied to DIR/RUN_seedS as soon as the run finishes, and before anything trains every record in DIR whose workdir
+is absent from OUT is copied into OUT, so that the run counts as finished and is not run again: commit DIR, and a
+clean clone on another machine continues the table where the last one stopped. A workdir already in OUT is never
+overwritten by a record (a partial run there resumes).
+
+Measured alike: a record carries what it was measured with (fingerprints.json: the content hashes of the data its
+run read, the code revision, library versions, processor and XLA flags of each attempt; the eval JSON: the FID
+feature network's hash beside every FID and KID, and its reference's). Two runs are paired on bits/dim only when
+their data hashes agree, on FID and KID only when their feature networks and references agree too; a pair that does
+not is left out of that comparison, with one line naming the seeds and why (--allow_mixed keeps it and says so).
+A record that predates fingerprints has none: its data are taken as alike (the table says how many were not
+fingerprinted), and its feature network is told apart by the test split's own FID against the same reference
+(FID_PROBE_RTOL), which differs between two networks. Under each table: the hashes it was computed with.
 
 Horizon (--horizon_of=WORKDIR, a long uniform run with periodic evaluation): the first periodic evaluation after
 which the bound estimate never falls by more than --tol bits/dim below its value there (the estimate uses the same
@@ -229,7 +238,13 @@ def timed(cmd, log, path, key, cores=None, every=15.0):
     return rc, seconds
 
 
-RECORD_FILES = ("run_config.json", "metrics.jsonl", "bench_seconds.json", "eval/step_*.json")  # the eval JSON last
+RECORD_FILES = (  # the eval JSON last: a record copied only in part is not finished
+    "run_config.json",
+    "metrics.jsonl",
+    "bench_seconds.json",
+    "fingerprints.json",
+    "eval/step_*.json",
+)
 
 
 def finished(wd):
@@ -485,6 +500,30 @@ def load(wd):
         fid_final=ev["fid"].get("fid"),
         kid_final=ev["fid"].get("kid"),
         eval=ev,
+        fp=measured_with(wd, ev),
+    )
+
+
+def measured_with(wd, ev) -> dict:
+    """What a finished run was measured with: data (the content hashes of its train and test splits, from
+    fingerprints.json or the eval JSON), features (its final FID's feature network and reference, from the eval
+    JSON), each None in a record that predates fingerprints or whose data could not be hashed; probe: the test
+    split's own FID against the same reference, which tells two feature networks apart where no hash says which
+    (FID_PROBE_RTOL)."""
+    path = os.path.join(wd, "fingerprints.json")
+    data = None
+    if os.path.exists(path):
+        with open(path) as f:
+            data = json.load(f).get("data")
+    data = data or ev.get("fingerprints", {}).get("data")
+    if data and any(str(v).startswith("unknown") for v in data.values()):  # a split read record by record
+        data = None
+    fid = ev.get("fid", {})
+    fp = fid.get("protocol", {}).get("fingerprint") or {}
+    return dict(
+        data="/".join(f"{k} {v}" for k, v in sorted(data.items())) if data else None,
+        features=f"{fp['network']} (reference {fp['reference']})" if fp.get("network") else None,
+        probe=fid.get("test_split", {}).get("fid"),
     )
 
 
@@ -519,10 +558,73 @@ MAX_SEEDS = 100_000  # seeds_needed gives up beyond this
 METRICS = (("final_bpd", "bits/dim", 3), ("fid_final", "FID", 3), ("kid_final", "KID", 4))  # key, name, decimals
 
 
+FID_PROBE_RTOL = 1e-4  # test split FIDs this close are one feature space (two networks: 5e-4 to 5e-2 apart)
+ALLOW_MIXED = False  # --allow_mixed: pair runs measured with different data or feature networks, and say so
+MIXED = {}  # the pairs refused (or, with ALLOW_MIXED, kept) and why: {line: None}, in the order met
+
+
+def unlike(a: dict, b: dict, key: str) -> str | None:
+    """Why runs a and b (load's dicts) were not measured alike for metric `key`, or None. Bits/dim compare when the
+    data agree; FID and KID when the feature networks and their references agree too. A record without a hash is
+    not refused on it (the table says it was not fingerprinted), but two FIDs whose test split probes differ were
+    measured with two feature networks."""
+    fa, fb = a.get("fp") or {}, b.get("fp") or {}
+    for what in ("data",) if key == "final_bpd" else ("data", "features"):
+        if fa.get(what) and fb.get(what) and fa[what] != fb[what]:
+            return f"{what} {fa[what]} against {fb[what]}"
+    if key != "final_bpd" and not (fa.get("features") and fb.get("features")):
+        p, q = fa.get("probe"), fb.get("probe")
+        if p is not None and q is not None and abs(p - q) > FID_PROBE_RTOL * max(abs(p), abs(q)):
+            return f"feature network: the test split's FID is {p:.5f} against {q:.5f} (not fingerprinted)"
+    return None
+
+
 def differences(results, name, key, base=None):
-    """The per-seed paired differences d = run - base of `key` over the seeds where both have a value."""
-    pairs = [(d[key], u[key]) for d, u in zip(results[name], results[base or BASE])]
-    return np.array([a - b for a, b in pairs if a is not None and b is not None], np.float64)
+    """The per-seed paired differences d = run - base of `key` over the seeds where both have a value and were
+    measured alike (unlike); a pair that was not is left out (ALLOW_MIXED: kept) and named in MIXED."""
+    base = base or BASE
+    out = []
+    for i, (d, u) in enumerate(zip(results[name], results[base])):
+        if d[key] is None or u[key] is None:
+            continue
+        why = unlike(d, u, key)
+        if why:
+            seed = d.get("seed", i)
+            line = (
+                f"{name} seed {seed} and {base} seed {u.get('seed', i)}: "
+                f"{'bits/dim' if key == 'final_bpd' else 'FID and KID'} "
+                f"{'paired anyway (--allow_mixed)' if ALLOW_MIXED else 'not paired'}: {why}"
+            )
+            if line not in MIXED:
+                MIXED[line] = None
+                print(line, file=sys.stderr, flush=True)
+            if not ALLOW_MIXED:
+                continue
+        out.append(d[key] - u[key])
+    return np.array(out, np.float64)
+
+
+def fingerprint_note(results) -> list:
+    """The lines under a table on what its runs were measured with: the data and feature-network hashes among
+    them, the runs that predate fingerprints, and every pair left out (or kept with --allow_mixed) and why."""
+    ds = [d for ds in results.values() for d in ds]
+    lines = ["", "Measured with (content hashes, core/fingerprint.py):"]
+    for what, label in (("data", "data"), ("features", "FID feature network")):
+        seen = sorted({d.get("fp", {}).get(what) for d in ds} - {None})
+        missing = sum(1 for d in ds if not d.get("fp", {}).get(what))
+        text = "; ".join(seen) if seen else "none"
+        if missing:
+            text += f"; {missing} of {len(ds)} runs predate fingerprints (not fingerprinted)"
+        lines.append(f"- {label}: {text}.")
+    probes = sorted({round(p, 5) for d in ds if (p := d.get("fp", {}).get("probe")) is not None})
+    if probes:
+        lines.append(
+            f"- the test split's own FID (one value per feature space): {', '.join(f'{p:.5f}' for p in probes)}."
+        )
+    if MIXED:
+        what = "kept with --allow_mixed" if ALLOW_MIXED else "left out of their comparison"
+        lines += ["", f"Pairs not measured alike, {what}:", ""] + [f"- {line}." for line in MIXED]
+    return lines
 
 
 def mdd(sd, n, alpha=ALPHA, power=POWER):
@@ -701,6 +803,7 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
         f"{ev['fid'].get('test_split', {}).get('fid', float('nan')):.3f}. Curves: periodic evaluation "
         f"({some['bpd_key']}, {some['fid_key']}) every {every} steps.",
     ]
+    lines += fingerprint_note(results)
     note = estimate_note(results)
     if note:
         lines += ["", note]
@@ -802,14 +905,16 @@ def final_metrics(wd):
     with open(os.path.join(wd, "eval", evals[-1])) as f:
         ev = json.load(f)
     fid = ev.get("fid", {})
-    return dict(final_bpd=ev["nll_bpd"]["value"], fid_final=fid.get("fid"), kid_final=fid.get("kid"))
+    return dict(
+        final_bpd=ev["nll_bpd"]["value"], fid_final=fid.get("fid"), kid_final=fid.get("kid"), fp=measured_with(wd, ev)
+    )
 
 
 def sizing(out, detect=DETECT_BPD, fraction=DETECT_FRACTION):
     """--size_from: per finished run of a pilot benchmark in `out`, the paired differences to uniform over the seeds
-    both finished, their sd, the MDD (approximate and exact, mdd / mdd_exact) and the seeds that would detect
-    `detect` bits/dim, and for FID and KID a difference of `fraction` of uniform's mean over those seeds. Returns
-    the text."""
+    both finished and were measured alike (unlike), their sd, the MDD (approximate and exact, mdd / mdd_exact) and
+    the seeds that would detect `detect` bits/dim, and for FID and KID a difference of `fraction` of uniform's mean
+    over those seeds. Returns the text."""
     found = finished_runs(out)
     if BASE not in found:
         sys.exit(f"error: --size_from: no finished {BASE} run in {out} (OUT/{BASE}_seedS/eval/step_*.json)")
@@ -830,6 +935,12 @@ def sizing(out, detect=DETECT_BPD, fraction=DETECT_FRACTION):
         runs = {seed: final_metrics(seeds[seed]) for seed in common}
         for key, what, k in METRICS:
             ok = [s for s in common if runs[s][key] is not None and uni[s][key] is not None]
+            for s in [s for s in ok if unlike(runs[s], uni[s], key)]:
+                print(
+                    f"{name} seed {s} and {BASE} seed {s}: {what} not paired: {unlike(runs[s], uni[s], key)}",
+                    file=sys.stderr,
+                )
+                ok.remove(s)
             d = np.array([runs[s][key] - uni[s][key] for s in ok], np.float64)
             if len(d) < 2:
                 lines.append(f"| {name} | {len(d)} | {what} | - | - | - | - | - | - (needs 2 pairs) |")
@@ -847,7 +958,7 @@ def sizing(out, detect=DETECT_BPD, fraction=DETECT_FRACTION):
 
 def density_summary(density):
     """(mean u, total variation from uniform) of the policy's mean density over B equal bins of normalised t (u =
-    t / T on the DDPM chain, u = t in continuous time; samplers/adaptive.py bins_mass): density [..., B] of bin
+    t / T on the DDPM chain, u = t in continuous time; samplers/policy.py bins_mass): density [..., B] of bin
     masses, normalised to sum to 1. Mean u = sum_b p_b (b + 1/2) / B (bin centres: within 1 / (2B) of the mean of the
     density itself); TV = 1/2 sum_b |p_b - 1/B|, in [0, 1 - 1/B] (0: uniform; uniform over timesteps gives exactly
     1/B per bin when B divides T, as the default 50 bins of 1,000 timesteps do; the Beta(1, 1) policy on the DDPM
@@ -1030,6 +1141,12 @@ def main():
     )
     ap.add_argument("--detect", type=float, default=DETECT_BPD, help="bits/dim the seed counts are sized to detect")
     ap.add_argument(
+        "--allow_mixed",
+        action="store_true",
+        help="pair runs measured with different data or FID feature networks (the table names them) rather than "
+        "leave those pairs out",
+    )
+    ap.add_argument(
         "--bound_strata",
         type=int,
         default=0,
@@ -1054,8 +1171,8 @@ def main():
         help="a config override for every run, e.g. train.num_steps=500 (repeatable)",
     )
     args = ap.parse_args()
-    global BASE
-    BASE = args.baseline
+    global BASE, ALLOW_MIXED
+    BASE, ALLOW_MIXED = args.baseline, args.allow_mixed
     if args.horizon_of:
         return print_horizon(args.horizon_of, args.tol)
     if args.size_from:
@@ -1071,7 +1188,7 @@ def main():
             print(f"{len(restored)} finished run(s) taken from the records in {args.records}", flush=True)
     t0 = time.perf_counter()
     run_all(args.out, runs, seeds, args)
-    results = {name: [load(workdir_of(args.out, name, seed)) for seed in seeds] for name, _, _ in runs}
+    results = {name: [dict(load(workdir_of(args.out, name, seed)), seed=seed) for seed in seeds] for name, _, _ in runs}
     md = table(results, runs, seeds, args.config, args.detect)
     written = [f"{args.out}/samplers.md", f"{args.out}/samplers.png"]
     tracks = {
@@ -1083,7 +1200,9 @@ def main():
     if tracks:
         gains = {
             name: [
-                None if d["final_bpd"] is None or b["final_bpd"] is None else d["final_bpd"] - b["final_bpd"]
+                None
+                if d["final_bpd"] is None or b["final_bpd"] is None or unlike(d, b, "final_bpd")
+                else d["final_bpd"] - b["final_bpd"]
                 for d, b in zip(results[name], results[BASE])
             ]
             for name in tracks

@@ -20,6 +20,10 @@ Two layouts of a section:
 """
 
 import dataclasses
+import importlib
+import os
+import pkgutil
+import re
 from typing import Callable, Dict
 
 import ml_collections
@@ -31,11 +35,12 @@ NESTED, FLAT = "nested", "flat"
 # What a part (a sampler, a weighting) may need of the diffusion process, and a process offers (Process.offers):
 DISCRETE = "discrete"  # timesteps 0..T-1 of a chain, with its tables of steps
 CONTINUOUS = "continuous"  # t float32 in [0, 1]
+GAUSSIAN = "gaussian"  # a Gaussian path: log SNR, the target's coefficients (diffusion.base.Gaussian)
 INVERTIBLE = "invertible"  # a log SNR with an inverse (t_of_logsnr, t_of_sigma)
 FIXED_SCHEDULE = "fixed_schedule"  # no parameters of its own in the model's variables
 SAMPLING = "sampling"  # a sampler of images (diffusion.base.Sampling): sample grids, FID
 LIKELIHOOD = "likelihood"  # a test likelihood and the bound's rows (diffusion.base.Likelihood): eval, bound rewards
-CAPABILITIES = (DISCRETE, CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE, SAMPLING, LIKELIHOOD)
+CAPABILITIES = (DISCRETE, CONTINUOUS, GAUSSIAN, INVERTIBLE, FIXED_SCHEDULE, SAMPLING, LIKELIHOOD)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -55,6 +60,27 @@ class Need:
     def __post_init__(self):
         if self.capability not in CAPABILITIES:
             raise ValueError(f"Need({self.capability!r}): a capability is one of {CAPABILITIES} (config/registry.py)")
+
+
+REGISTERS = re.compile(r"\b[A-Z][A-Z_]*\.register\b")  # SAMPLERS.register, @DATASETS.register, ...
+
+
+def import_parts(package: str, path) -> list:
+    """Import every module of a package that registers a part (its source names a REGISTRY.register), so that a new
+    part is one file and nothing else: as big_vision finds a model by its module's name, but all at once, since the
+    command line's config, validation and its suggestions list every part. Other modules (helpers, scripts, builders
+    kept lazy) are left to whoever imports them. `path`: the package's __path__. Returns the names imported."""
+    names = []
+    for info in pkgutil.iter_modules(path):
+        file = os.path.join(info.module_finder.path, f"{info.name}.py")
+        if info.ispkg or not os.path.isfile(file):
+            continue
+        with open(file, encoding="utf-8") as f:
+            if not REGISTERS.search(f.read()):
+                continue
+        importlib.import_module(f"{package}.{info.name}")
+        names.append(info.name)
+    return names
 
 
 class Registry:

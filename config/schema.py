@@ -121,6 +121,11 @@ def time_grid(config):
     return config.diffusion[field], f"config.diffusion.{field}"
 
 
+def dataset_vocab(data_cfg) -> int:
+    """The token vocabulary of the dataset config.data names (data/text.py: 27), 0 for images."""
+    return getattr(DATASETS.parts.get(data_cfg.name), "vocab_size", 0)
+
+
 def context(config, devices=None) -> Context:
     """The values of other sections that bounds and part checks use (T, the batch size, the image size, and the
     data axis's device count D once it is known)."""
@@ -134,6 +139,7 @@ def context(config, devices=None) -> Context:
             "channels": (config.data.channels, "config.data.channels"),
             "data_name": (config.data.name, "config.data.name"),
             "num_classes": (dataset_classes(config.data), "config.data.name"),
+            "vocab_size": (dataset_vocab(config.data), "config.data.name"),
         }
     )
 

@@ -15,9 +15,12 @@ import os
 from config.fields import Bool, Choice, ConfigError, Int, Num, Path, all_mutable
 from config.registry import LIKELIHOOD
 from diffusion import PROCESSES
-from diffusion.sampling import ALL_METHODS
 from evaluation.features import check_reference_stats, classifier_dataset
 from evaluation.features import kind as fid_kind
+
+# every registered process's sampling methods: the config fields accept these; validation keeps the configured
+# process's own
+ALL_METHODS = tuple(dict.fromkeys(m for name in PROCESSES.names() for m in getattr(PROCESSES[name], "methods", ())))
 
 # Every train field may change when a run is resumed (a longer run, another learning rate).
 TRAIN_FIELDS = all_mutable(
@@ -52,7 +55,7 @@ SAMPLE_FIELDS = all_mutable(
         # DDPM: ancestral (all T steps) | ddim; continuous time (vp, flow): ancestral | euler | heun
         method=Choice("ancestral", ALL_METHODS),
         # sampler steps of every method but the DDPM chain's ancestral one (which runs all T): ddim, and euler, heun
-        # and ancestral in continuous time (heun: 2 n - 1 network evaluations); formerly ddim_steps
+        # and ancestral in continuous time (heun: 2 n - 1 network evaluations); ddim_steps is its old name
         steps=Int(100, 1, "T", aliases=("ddim_steps",)),
         # classifier-free guidance scale of a class-conditional model (1: conditional; 0: unconditional)
         guidance_scale=Num(1.0, 0.0),

@@ -12,7 +12,7 @@ any registered sampler (default adaptive); PROCESS ddpm (default: the 1,000-step
 space (the bound, or EDM's exact ODE likelihood of the latents) are labelled as such; FID/KID are of the decoded
 images.
 
-PROCESS edm (the rivals' own setting on latents, issue 37; `configs/edm.py` is the same on pixels): EDM's
+PROCESS edm (the rivals' own setting on latents; `configs/edm.py` is the same on pixels): EDM's
 preconditioning, loss and Heun sampler (18 levels, 35 evaluations; the periodic estimate 10 levels and 20 Heun steps
 of the ODE likelihood, as configs/edm.py, on the final evaluation's 200 test latents), fixed network variance (EDM
 has no learned variance: DiT outputs C channels). Two choices the formulas leave open, both from EDM2 (Karras et al.

@@ -13,6 +13,7 @@ import numpy as np
 
 from config.fields import Bool, FieldError, Int, Path
 from config.registry import FLAT, Registry
+from core import fingerprint
 
 COMMON = dict(
     data_dir=Path("", mutable=True),  # tensorflow-datasets folder for everything but the embedded digits
@@ -72,6 +73,9 @@ class ArraySource:
     def get_labelled(self, indices):
         return self.get(indices), self.labels(indices)
 
+    def fingerprint(self) -> str:
+        return fingerprint.of_arrays(self.images, *(() if self.labels_ is None else (self.labels_,)))
+
 
 def flip_fields(default: bool) -> dict:
     """A dataset's random_flip field: random horizontal flips of training images, each image of each step flipped
@@ -123,6 +127,15 @@ def dataset_classes(data_cfg) -> int:
     return part.classes(data_cfg) if hasattr(part, "classes") else getattr(part, "num_classes", 0)
 
 
+def example_shape(data_cfg) -> tuple:
+    """One example's shape: what the dataset part says (`example_shape(cfg)`: [seq_len] for text, data/text.py), else
+    [H, W, C] of config.data's image_size and channels."""
+    part = DATASETS.parts.get(data_cfg.name)
+    if part is not None and hasattr(part, "example_shape"):
+        return tuple(part.example_shape(data_cfg))
+    return (data_cfg.image_size, data_cfg.image_size, data_cfg.channels)
+
+
 def pixel_split(data_cfg, split: str):
     """A source of uint8 images of split 'train' or 'test' (Dataset.pixels)."""
     return DATASETS[data_cfg.name].pixels(data_cfg, split)
@@ -131,3 +144,22 @@ def pixel_split(data_cfg, split: str):
 def load_split(data_cfg, split: str):
     """A source for split 'train' or 'test' of the dataset config.data names (pass config.data)."""
     return DATASETS[data_cfg.name].load(data_cfg, split)
+
+
+def split_fingerprint(source) -> str:
+    """The content hash of a split's source (its arrays, labels included), or fingerprint.UNKNOWN for a source that
+    reads records one by one (tensorflow-datasets, image folders: hashing them would cost a pass over the data)."""
+    own = getattr(source, "fingerprint", None)
+    return own() if own is not None else fingerprint.UNKNOWN
+
+
+def data_fingerprints(data_cfg) -> dict:
+    """{split: content hash} of the train and test splits of config.data (a split it lacks: absent)."""
+    out = {}
+    for split in ("train", "test"):
+        try:
+            source = load_split(data_cfg, split)
+        except Exception:  # a dataset without this split (tfds' celeb_a_hq has no test split)
+            continue
+        out[split] = split_fingerprint(source)
+    return out

@@ -16,7 +16,9 @@ dataset's own random_flip default, or --flip) the mirrored images are encoded to
 
 Resumable: rows are written into memory-mapped .npy files and `meta.json` records how many rows of each split are
 done after every batch; running the same command again continues where it stopped (a different command on the
-same --output stops with the difference). A progress bar shows the rows done.
+same --output stops with the difference). A progress bar shows the rows done. Once a split is complete, meta.json
+holds the content hash of its arrays (the runs that read them record it: latents encoded again, on another machine,
+differ in their last bits); the same command on a complete folder adds it where it is missing.
 """
 
 import json
@@ -27,7 +29,7 @@ import numpy as np
 from absl import flags
 
 from data.base import DATASETS, dataset_classes, load_split
-from data.latents import META
+from data.latents import META, latent_fingerprint
 
 FLAGS = flags.FLAGS
 
@@ -162,6 +164,9 @@ def encode_dataset(
             write_meta()
             bar.update(len(idx))
         bar.close()
+        for a in arrays.values():
+            a.flush()
+        info["fingerprint"] = latent_fingerprint(output, split)  # what the runs that read them record
         info["complete"] = True
         write_meta()
     return meta

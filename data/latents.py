@@ -4,7 +4,8 @@
 The folder holds, per split, `<split>.npy` (float32 latents [N, h, w, c], already multiplied by the autoencoder's
 scaling factor), `<split>_labels.npy` (int32, for a labelled dataset), for a dataset trained with flips
 `<split>_flipped.npy` (the latents of the mirrored images; a latent's mirror is not the mirrored image's latent), and
-`meta.json` (the source dataset's config, the autoencoder, the latent shape, the class count). Arrays are read with
+`meta.json` (the source dataset's config, the autoencoder, the latent shape, the class count, and per split the
+content hash of its arrays: latents encoded again on another machine differ in their last bits). Arrays are read with
 numpy memory maps: each process reads only the rows of its own slice of every batch.
 
 Training draws `data.random_flip` per image as for pixels (data/pipeline.py: a pure function of seed, step and
@@ -20,9 +21,11 @@ import tempfile
 import numpy as np
 
 from config.fields import FieldError, Int, Path
+from core import fingerprint
 from data.base import DATASETS, Dataset, DatasetNotFound, flip_fields
 
 META = "meta.json"
+HASH_AT_START_BYTES = 1 << 30  # latents without a stored hash hashed at a run's start up to this size (about 2 s)
 
 
 def read_meta(path: str) -> dict:
@@ -118,6 +121,24 @@ class LatentSource:
 
     def get_labelled(self, indices):
         return self.get(indices), self.labels(indices)
+
+    def fingerprint(self) -> str:
+        """The split's hash as encode_latents wrote it into meta.json, or, for latents encoded before it did, of the
+        arrays here when they are small; large ones (minutes to hash at every start) say how to add it."""
+        stored = read_meta(self.path)["splits"][self.split].get("fingerprint")
+        if stored:
+            return stored
+        size = sum(a.nbytes for a in (self.x, self.x_flipped) if a is not None)
+        if size > HASH_AT_START_BYTES:
+            return f"{fingerprint.UNKNOWN} (meta.json has none: run its encode_latents command again to add it)"
+        return latent_fingerprint(self.path, self.split)
+
+
+def latent_fingerprint(path: str, split: str) -> str:
+    """The content hash of one split's latents: the arrays, their flipped copies and labels where they exist."""
+    names = (f"{split}.npy", f"{split}_flipped.npy", f"{split}_labels.npy")
+    files = [os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))]
+    return fingerprint.of_arrays(*(np.load(f, mmap_mode="r") for f in files))
 
 
 @DATASETS.register

@@ -2,28 +2,44 @@
 config.diffusion.name and the named process's own fields).
 
 `Process` is what the train step (training/step.py), the timestep samplers (samplers/), the loss weightings
-(weightings/) and the set-up (training/setup.py) use: the config side, the time domain, the path, its target and
-loss, and the prior, with shapes and units. Two mixins add what a process may opt into, each a capability
-(config/registry.py) that parts and modes ask for: `Sampling` (a sampler of images: sample grids, FID) and
-`Likelihood` (a test likelihood and the bound's rows: --mode=eval, the learned sampler's bound reward). A process
-subclasses Process (and the mixins it offers) and is registered with `@PROCESSES.register`; registering one that
-leaves an abstract member out is refused in one line naming the members. ddpm.py implements all of it on the
-discrete chain, continuous.py the path math and sampling for every Gaussian path in continuous time (vp.py, flow.py,
-edm.py give only their path, their prior if it is not N(0, I), and their likelihood). docs/extending.md shows the
-whole of a new process.
+(weightings/) and the set-up (training/setup.py) use: the config side, the time domain, the data and noise the step
+draws, the forward process and its loss, and the prior, with shapes and units. Three mixins add what a process may
+opt into, each a capability (config/registry.py) that parts and modes ask for: `Gaussian` (a Gaussian path x_t =
+alpha x0 + sigma eps with a log SNR and a regression target: the loss weightings, the samplers that work on log SNR
+or on the x0-MSE), `Sampling` (a sampler of data: sample grids, FID, text samples) and `Likelihood` (a test
+likelihood and the bound's rows: --mode=eval, the learned sampler's bound reward). A process subclasses Process (and
+the mixins it offers) and is registered with `@PROCESSES.register`; registering one that leaves an abstract member
+out is refused in one line naming the members. ddpm.py implements all of it on the discrete chain, continuous.py the
+path math and sampling for every Gaussian path in continuous time (vp.py, flow.py, edm.py give only their path, their
+prior if it is not N(0, I), and their likelihood); masked.py is a process on tokens that is not Gaussian (no log SNR
+as a noise level, no MSE). docs/extending.md shows the whole of a new process.
 
-Conventions: images x0, x_t, noise are float32 [B, H, W, C] (pixels in [-1, 1]); t is [B] in the process's time
-domain (`time`: int32 steps 0..T-1, or float32 in [0, 1], t = 0 data, t = 1 noise); `apply_fn(x_t, t)` runs the
-network and returns its output [B, H, W, out_channels(C)]; bits/dim are per dimension in bits (nats / (D ln 2)).
+Conventions: images x0, x_t, noise are float32 [B, H, W, C] (pixels in [-1, 1]); tokens are int32 [B, L] (masked.py,
+its noise uniform [B, L]); t is [B] in the process's time domain (`time`: int32 steps 0..T-1, or float32 in [0, 1],
+t = 0 data, t = 1 noise); `apply_fn(x_t, t)` runs the network and returns its output [B, H, W, out_channels(C)] (for
+tokens logits [B, L, V]); bits/dim are per dimension (pixel channel, or token) in bits (nats / (D ln 2)).
 """
 
 import abc
 import functools
 import inspect
 
+import jax
 import jax.numpy as jnp
 
-from config.registry import FIXED_SCHEDULE, FLAT, INVERTIBLE, LIKELIHOOD, SAMPLING, Registry
+from config.registry import FIXED_SCHEDULE, FLAT, GAUSSIAN, INVERTIBLE, LIKELIHOOD, SAMPLING, Registry
+
+
+def to_float(images_u8):
+    """uint8 [0, 255] -> float32 [-1, 1]; float data (pre-encoded latents) passes unchanged."""
+    if jnp.issubdtype(images_u8.dtype, jnp.floating):
+        return images_u8.astype(jnp.float32)
+    return images_u8.astype(jnp.float32) / 127.5 - 1.0
+
+
+def to_u8(x):
+    """[-1, 1] -> uint8 [0, 255]."""
+    return jnp.round((x + 1.0) * 127.5).clip(0, 255).astype(jnp.uint8)
 
 
 def _overrides(cls, name: str, base) -> bool:
@@ -60,13 +76,15 @@ class Process(abc.ABC):
     @classmethod
     def offers(cls, cfg) -> set:
         """What samplers, weightings and modes may need of it, a set of config.registry CAPABILITIES, derived from
-        what the class defines: its time domain's (DISCRETE or CONTINUOUS); INVERTIBLE where it defines both
-        t_of_logsnr and t_of_sigma; FIXED_SCHEDULE where it keeps init_params and bind (no parameters of its own);
-        SAMPLING and LIKELIHOOD where it opts into the mixins. A process whose offer depends on its config (VP's
-        learned schedule) narrows this, once, here."""
+        what the class defines: its time domain's (DISCRETE or CONTINUOUS); GAUSSIAN where it opts into the Gaussian
+        mixin, and INVERTIBLE where it then defines both t_of_logsnr and t_of_sigma; FIXED_SCHEDULE where it keeps
+        init_params and bind (no parameters of its own); SAMPLING and LIKELIHOOD where it opts into the mixins. A
+        process whose offer depends on its config (VP's learned schedule) narrows this, once, here."""
         out = {cls.time_domain.capability}
-        if _overrides(cls, "t_of_logsnr", Process) and _overrides(cls, "t_of_sigma", Process):
-            out.add(INVERTIBLE)
+        if issubclass(cls, Gaussian):
+            out.add(GAUSSIAN)
+            if _overrides(cls, "t_of_logsnr", Gaussian) and _overrides(cls, "t_of_sigma", Gaussian):
+                out.add(INVERTIBLE)
         if not (_overrides(cls, "init_params", Process) or _overrides(cls, "bind", Process)):
             out.add(FIXED_SCHEDULE)
         if issubclass(cls, Sampling):
@@ -86,6 +104,67 @@ class Process(abc.ABC):
         """The time domain (diffusion/time.py): time_domain(the value of its time_field), e.g. DiscreteTime(T) or
         ContinuousTime(grid)."""
         return self.time_domain(int(getattr(self, self.time_field)))
+
+    # -- the data and the noise the train step draws ---------------------------------------------------------------
+    def data_in(self, batch):
+        """A batch of the dataset as this process's x0: uint8 pixels -> float32 in [-1, 1], float latents as
+        float32 (to_float)."""
+        return to_float(batch)
+
+    def data_out(self, x):
+        """Samples (decoded, for a latent model) as the dataset's data: pixels in [-1, 1] -> uint8 (to_u8)."""
+        return to_u8(x)
+
+    def draw_noise(self, key, x0):
+        """The noise of the forward process for x0 [B, ...] (the train step's, and the samplers' probes'): standard
+        normal eps, float32 [B, ...]."""
+        return jax.random.normal(key, x0.shape, jnp.float32)
+
+    # -- forward process and training ------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def q_sample(self, x0, t, noise):
+        """x_t [B, ...] from x0, t [B] and the noise [B, ...] (draw_noise's)."""
+
+    @abc.abstractmethod
+    def example_losses(self, apply_fn, x0, t, noise):
+        """(mse [B], extra [B]) from one call of the network: the MSE of its output against the target (the loss
+        weighting multiplies it; a process that is not Gaussian gives its own per-example loss here) and a term added
+        as it is (a learned variance's or a learned schedule's; zeros otherwise). The train step's loss is
+        mean(w_sampler (w(t) mse + extra))."""
+
+    def example_mse(self, apply_fn, x0, t, noise):
+        """The first of example_losses: [B]."""
+        return self.example_losses(apply_fn, x0, t, noise)[0]
+
+    # -- the network's output and parameters ------------------------------------------------------------------------
+    def out_channels(self, channels: int) -> int:
+        """Channels of the network's output for data of `channels` channels."""
+        return channels
+
+    def init_params(self, key, variables):
+        """The model's variables with the process's own parameters added (where it lacks FIXED_SCHEDULE); unchanged
+        here."""
+        return variables
+
+    def bind(self, params):
+        """The process at the model's variables `params` (a learned schedule reads its own); itself here."""
+        return self
+
+    # -- the prior ------------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def prior_sample(self, key, shape):
+        """A draw of the prior at the noise end, where sampling starts: [shape] float32."""
+
+    @abc.abstractmethod
+    def prior_logp(self, x):
+        """log density of the prior at x [B, ...]: [B] nats."""
+
+
+class Gaussian(abc.ABC):
+    """A process on a Gaussian path (capability GAUSSIAN): x_t = alpha x0 + sigma eps, its log SNR as the noise
+    level, the network's regression target and the factors between target and x0 MSEs. The loss weightings (which
+    are functions of these coefficients) and the samplers that work on log SNR or the x0-MSE need it; a process on
+    tokens does not offer it."""
 
     @abc.abstractmethod
     def logsnr(self, t):
@@ -138,56 +217,19 @@ class Process(abc.ABC):
         """The noise coefficient of every step, sqrt(1 - alpha_bar): [T] float64."""
         raise NotImplementedError(f"the process {self.name!r} has no table of steps")
 
-    # -- forward process and training ------------------------------------------------------------------------------
-    @abc.abstractmethod
-    def q_sample(self, x0, t, noise):
-        """x_t [B, ...] from x0, t [B] and noise eps [B, ...]."""
-
     @abc.abstractmethod
     def training_target(self, x0, t, noise):
         """What the network regresses at x_t: [B, ...]."""
 
     @abc.abstractmethod
-    def example_losses(self, apply_fn, x0, t, noise):
-        """(mse [B], extra [B]) from one call of the network: the MSE of its output against the target (the loss
-        weighting multiplies it) and a term added as it is (a learned variance's or a learned schedule's; zeros
-        otherwise). The train step's loss is mean(w_sampler (w(t) mse + extra))."""
-
-    def example_mse(self, apply_fn, x0, t, noise):
-        """The first of example_losses: [B]."""
-        return self.example_losses(apply_fn, x0, t, noise)[0]
-
-    @abc.abstractmethod
     def predict_x0(self, xt, t, out):
         """x0_hat [B, ...] from x_t, t and the network's output."""
 
-    # -- the network's output and parameters ------------------------------------------------------------------------
-    def out_channels(self, channels: int) -> int:
-        """Channels of the network's output for data of `channels` channels."""
-        return channels
-
-    def init_params(self, key, variables):
-        """The model's variables with the process's own parameters added (where it lacks FIXED_SCHEDULE); unchanged
-        here."""
-        return variables
-
-    def bind(self, params):
-        """The process at the model's variables `params` (a learned schedule reads its own); itself here."""
-        return self
-
-    # -- the prior ------------------------------------------------------------------------------------------------
-    @abc.abstractmethod
-    def prior_sample(self, key, shape):
-        """A draw of the prior at the noise end, where sampling starts: [shape] float32."""
-
-    @abc.abstractmethod
-    def prior_logp(self, x):
-        """log density of the prior at x [B, ...]: [B] nats."""
-
 
 class Sampling(abc.ABC):
-    """A process that opts into sampling images (capability SAMPLING): the final sample grid, FID and KID, the
-    periodic evaluation's samples. Without it those are left out (a note) or refused (--mode=eval's FID)."""
+    """A process that opts into sampling (capability SAMPLING): the final sample grid (text samples for tokens),
+    FID and KID, the periodic evaluation's samples. Without it those are left out (a note) or refused (--mode=eval's
+    FID)."""
 
     methods: tuple = ()  # the sampling methods `sample` accepts
     default_method: str = ""  # what a config switched to this process samples with (config/schema.switch_part)

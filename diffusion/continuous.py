@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from config.registry import DISCRETE
-from diffusion.base import Likelihood, Process, Sampling
+from diffusion.base import Gaussian, Likelihood, Process, Sampling
 from diffusion.gaussian import LN2, fold_timesteps, mean_flat
 from diffusion.likelihood import ode_log_likelihood, standard_normal_logp
 from diffusion.time import ContinuousTime
@@ -53,7 +53,7 @@ def stratified_times(key, num: int):
     return (jnp.arange(num, dtype=jnp.float32) + jax.random.uniform(key, (num,))) / num
 
 
-class ContinuousProcess(Process, Sampling):
+class ContinuousProcess(Process, Gaussian, Sampling):
     """Base class of the processes in continuous time (the contract is diffusion/base.py's Process). Subclasses give
     `alpha_sigma(t)`, `logsnr(t)`, `t_of_logsnr(lam)` and `t_of_sigma(s)` (jnp, [B] -> [B]; the last two clipped
     into [0, 1]), their likelihood (`nll_bpd`, `nll_bpd_estimate`, `bound_protocol`, `estimate_protocol`) and a

@@ -26,7 +26,7 @@ import numpy as np
 
 from config.fields import Choice, FieldError, Int, Num
 from diffusion import sampling
-from diffusion.base import PROCESSES, Likelihood, Process, Sampling
+from diffusion.base import PROCESSES, Gaussian, Likelihood, Process, Sampling
 from diffusion.continuous import sigma_to_logsnr_vp
 from diffusion.gaussian import (
     LN2,
@@ -49,7 +49,7 @@ VB_WEIGHT = 0.001  # lambda of L_hybrid = L_simple + lambda L_vlb: improved-diff
 
 
 @PROCESSES.register
-class DDPM(Process, Sampling, Likelihood):
+class DDPM(Process, Gaussian, Sampling, Likelihood):
     name = "ddpm"
     time_domain = DiscreteTime  # steps 0..T-1
     time_field = "num_timesteps"

@@ -13,8 +13,6 @@ import jax.numpy as jnp
 import numpy as np
 
 METHODS = ("ancestral", "ddim")
-# every process's methods: the config fields accept these; validation keeps those of the configured process
-ALL_METHODS = ("ancestral", "ddim", "euler", "heun")
 
 
 def same(x):

@@ -2,10 +2,17 @@
 the feature space of FID and KID for that dataset (InceptionV3 sees 299x299 RGB photographs; on 8x8 or 28x28 digits
 its features say little).
 
-Each is trained deterministically (fixed init key, fixed data order, one device, float32) on its dataset's training
-split and cached, keyed by a hash of everything that defines it, under config.eval.fid.classifier_cache (default
-~/.cache/adaptive-timesteps). Its accuracy on the test split is stored with it and reported next to every FID.
-"""
+Their weights are committed (evaluation/weights/, 0.6 MB and 1.9 MB), each with the content hash it must have
+(NETWORKS): that hash names the feature space in every record, and every machine scores in the same space. Training
+is deterministic only within one setting (fixed init key, fixed data order, one device, float32): XLA's CPU code
+differs between processors, and on one processor with the XLA device count and optimisation level, so each setting
+trains another network, and FIDs of two of them do not compare (docs/evaluation.md#the-classifiers-weights). The
+committed ones were trained by the command below with XLA_FLAGS unset (one CPU device). A recipe other than the
+committed one is trained once and cached, keyed by a hash of the recipe, under config.eval.fid.classifier_cache
+(default ~/.cache/adaptive-timesteps); its own content hash then names its space. The test accuracy is stored with
+the weights and reported next to every FID.
+
+    python -m evaluation.classifier --dataset=mnist   # trains one and writes it to evaluation/weights/"""
 
 import hashlib
 import json
@@ -97,25 +104,72 @@ def train_classifier(dataset: str = "digits"):
     return params, acc, float(np.sqrt(np.mean(h**2)))
 
 
-def load_or_train(cache_dir: str = "", dataset: str = "digits"):
-    """(params, test accuracy, feature scale), from the cache or trained once and cached (written atomically)."""
-    path = cache_path(cache_dir, dataset)
+WEIGHTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "weights")
+# the content hash (network_fingerprint) of each committed classifier: a file that does not give it is refused
+NETWORKS = dict(digits="b496c66ef4783dee", mnist="1db88e654d3455a9")
+
+
+class DamagedWeights(RuntimeError):
+    """A committed classifier whose contents are not the ones recorded in NETWORKS."""
+
+
+def network_fingerprint(params, scale) -> str:
+    """The content hash of a classifier: its weights and the feature scale its features are divided by."""
+    from core import fingerprint
+
+    return fingerprint.of_arrays(*jax.tree.leaves(params), np.float64(scale))
+
+
+def committed_path(dataset: str) -> str:
+    return os.path.join(WEIGHTS, f"{dataset}_classifier.npz")
+
+
+def save(path: str, params, acc: float, scale: float, dataset: str):
+    """Write a classifier's weights, test accuracy, feature scale and recipe (atomically)."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp.npz"
+    leaves = {f"p{i}": np.asarray(a) for i, a in enumerate(jax.tree.leaves(params))}
+    np.savez(tmp, test_accuracy=acc, scale=scale, recipe=json.dumps(RECIPES[dataset], sort_keys=True), **leaves)
+    os.replace(tmp, path)  # concurrent writers (test workers, processes) write the same bytes
+
+
+def _read(path: str, dataset: str):
+    """(params, test accuracy, scale) stored in `path`, or None when they are not this recipe's shapes."""
     shape = dataset_arrays(dataset)[0][0].shape[1:]
     template = jax.eval_shape(lambda: make_net(dataset).init(jax.random.PRNGKey(0), jnp.zeros((1, *shape), jnp.uint8)))
     leaves, treedef = jax.tree.flatten(template)
+    with np.load(path) as z:
+        if "recipe" in z.files and json.loads(str(z["recipe"])) != json.loads(json.dumps(RECIPES[dataset])):
+            return None
+        stored = [z[f"p{i}"] if f"p{i}" in z.files else None for i in range(len(leaves))]
+        if not all(a is not None and a.shape == leaf.shape for a, leaf in zip(stored, leaves)):
+            return None
+        return jax.tree.unflatten(treedef, stored), float(z["test_accuracy"]), float(z["scale"])
+
+
+def load_or_train(cache_dir: str = "", dataset: str = "digits"):
+    """(params, test accuracy, feature scale, where from): the committed classifier of this recipe; else the one
+    cached for it, or trained once and cached. A committed file whose contents are not the ones recorded in
+    NETWORKS raises DamagedWeights naming it."""
+    path = committed_path(dataset)
     if os.path.exists(path):
-        with np.load(path) as z:
-            stored = [z[f"p{i}"] for i in range(len(leaves))]
-            if all(a.shape == leaf.shape for a, leaf in zip(stored, leaves)):
-                return jax.tree.unflatten(treedef, stored), float(z["test_accuracy"]), float(z["scale"])
+        found = _read(path, dataset)
+        if found is not None:
+            got = network_fingerprint(found[0], found[2])
+            if got != NETWORKS[dataset]:
+                raise DamagedWeights(
+                    f"{os.path.relpath(path)} holds a network of content hash {got}, not the committed "
+                    f"{NETWORKS[dataset]}: restore it with git (git checkout -- {os.path.relpath(path)})"
+                )
+            return (*found, f"committed: {os.path.relpath(path, os.path.dirname(os.path.dirname(WEIGHTS)))}")
+    path = cache_path(cache_dir, dataset)
+    if os.path.exists(path):
+        found = _read(path, dataset)
+        if found is not None:
+            return (*found, f"cached: {os.path.basename(path)} (trained from its recipe)")
     params, acc, scale = train_classifier(dataset)
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp.npz"
-    np.savez(
-        tmp, test_accuracy=acc, scale=scale, **{f"p{i}": np.asarray(a) for i, a in enumerate(jax.tree.leaves(params))}
-    )
-    os.replace(tmp, path)  # concurrent writers (test workers, processes) write the same bytes
-    return params, acc, scale
+    save(path, params, acc, scale, dataset)
+    return params, acc, scale, f"trained on this machine and cached as {os.path.basename(path)}"
 
 
 def make_feature_fn(params, scale, dataset: str = "digits"):
@@ -134,3 +188,24 @@ def make_feature_fn(params, scale, dataset: str = "digits"):
         return np.concatenate(out).astype(np.float64) / scale
 
     return features
+
+
+def main():
+    import argparse
+
+    ap = argparse.ArgumentParser(description="Train an embedded dataset's FID classifier and write it (its hash).")
+    ap.add_argument("--dataset", choices=sorted(RECIPES), required=True)
+    ap.add_argument(
+        "--output", default="", help=f"the .npz to write (default {os.path.relpath(WEIGHTS)}/DATASET_classifier.npz)"
+    )
+    args = ap.parse_args()
+    params, acc, scale = train_classifier(args.dataset)
+    path = args.output or committed_path(args.dataset)
+    save(path, params, acc, scale, args.dataset)
+    print(
+        f"{args.dataset} classifier: test accuracy {acc:.4f}, content hash {network_fingerprint(params, scale)}: {path}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -27,8 +27,8 @@ import numpy as np
 
 from config.registry import LIKELIHOOD
 from config.validate import ConfigError, check_workdir
-from core import progress
-from data import load_split, pixel_split
+from core import fingerprint, progress
+from data import DATASETS, data_fingerprints, load_split, pixel_split
 from diffusion import PROCESSES
 from diffusion.base import Likelihood, Sampling
 from evaluation.features import fid_unavailable_reason, make_feature_space
@@ -37,7 +37,9 @@ from training import checkpoint as ckpt
 from training import report
 from training.lock import holder
 from training.setup import TRACES, build
-from training.step import make_apply, to_float
+from training.step import make_apply
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the code's revision is read here
 
 
 class NoCheckpoint(ConfigError):
@@ -100,7 +102,7 @@ def bound_fn(setup, num_t: int = 0):
             # the process folds timesteps into rows batch-major (gaussian.fold_timesteps: image b's k rows are
             # adjacent), so row r belongs to image r // k
             fn = lambda x, t: apply(params, x, t, None, None if y is None else jnp.repeat(y, x.shape[0] // y.shape[0]))
-            x = to_float(x_u8)
+            x = process.data_in(x_u8)
             if num_t:
                 return process.nll_bpd_estimate(fn, x, key, num_t, clip_denoised=clip, max_rows=chunk_rows)
             return process.nll_bpd(fn, x, key, clip_denoised=clip, max_rows=chunk_rows)[0]
@@ -173,7 +175,7 @@ def strata_fn(setup, strata: int, per_stratum: int, decoder_draws: int):
             process = setup.process.bind(params)
             fn = lambda x, t: apply(params, x, t, None, None if y is None else jnp.repeat(y, x.shape[0] // y.shape[0]))
             return process.nll_bpd_strata(
-                fn, to_float(x_u8), t_key, key, *design, clip_denoised=clip, max_rows=chunk_rows
+                fn, process.data_in(x_u8), t_key, key, *design, clip_denoised=clip, max_rows=chunk_rows
             )
 
         return jax.jit(batch_strata)
@@ -226,10 +228,10 @@ def strata_summary(decoder, parts, exact):
     return per_image, float(per_image.mean()), float(np.sqrt(var))
 
 
-def test_data(setup, n: int):
-    """(data [n, ...], labels [n] or None) of the first n images of the test split (-1: all): images, or a latent
-    model's latents; labels when the model is class-conditional."""
-    test = load_split(setup.config.data, "test")
+def test_data(setup, n: int, split: str = "test"):
+    """(data [n, ...], labels [n] or None) of the first n images of the test split (-1: all; or of `split`): images,
+    a latent model's latents, or token sequences; labels when the model is class-conditional."""
+    test = load_split(setup.config.data, split)
     n = len(test) if n == -1 else min(n, len(test))
     if setup.conditional:
         return test.get_labelled(np.arange(n))
@@ -267,6 +269,7 @@ def sample_quality(setup, space, params, key, num, method, steps, guidance: floa
         feature_space=space.name,
         seconds=time.perf_counter() - t0,
         **space.protocol,
+        fingerprint=space.fingerprint,
     )
     return scores, samples
 
@@ -348,8 +351,9 @@ def evaluate(config, workdir: str) -> dict:
     images, labels = test_data(setup, c.eval.nll_images)
     record = dict(
         checkpoint_step=int(step),
-        workdir=workdir,
+        workdir=os.path.basename(workdir.rstrip("/")),  # its name: a machine's path means nothing on the next
         dataset=c.data.name,
+        fingerprints=dict(data=data_fingerprints(c.data), **fingerprint.environment(ROOT)),
         nll_bpd=eval_bound(setup, state.ema_params, images, key, labels),
     )
     if space is None:
@@ -386,10 +390,9 @@ def evaluate(config, workdir: str) -> dict:
         out = os.path.join(workdir, "eval")
         os.makedirs(out, exist_ok=True)
         if sampling:  # a process that does not sample has no grid (nor FID: record["fid"] says why)
-            grid = os.path.join(out, f"samples_{step:07d}.png")
-            report.save_grid(samples, grid)
+            grid = report.save_samples(c.data, samples, os.path.join(out, f"samples_{step:07d}"))
             record["samples"] = dict(
-                path=grid,
+                path=os.path.relpath(grid, workdir),
                 protocol=dict(
                     num=c.eval.num_samples,
                     method=c.sample.method,
@@ -415,7 +418,9 @@ class PeriodicEval:
     def __init__(self, setup):
         c = setup.config
         self.setup, self.p = setup, c.eval.periodic
-        self.images, self.labels = test_data(setup, self.p.nll_images)
+        # a dataset with a validation split (text, data/text.py) is evaluated there; the test split is --mode=eval's
+        self.split = getattr(DATASETS[c.data.name], "periodic_split", "test")
+        self.images, self.labels = test_data(setup, self.p.nll_images, self.split)
         self.space = feature_space(setup)[0]
         self.bound = isinstance(setup.process, Likelihood)  # else FID alone (a process may offer either)
         self.key = jax.random.PRNGKey(self.KEY)
@@ -427,7 +432,7 @@ class PeriodicEval:
             nll=None
             if not self.bound
             else f"bpd_T{p.nll_timesteps}: {self.setup.process.estimate_protocol(p.nll_timesteps)} over "
-            f"{len(self.images)} test images",
+            f"{len(self.images)} {'test images' if self.split == 'test' else self.split + ' examples'}",
             fid=None
             if self.space is None
             else f"fid_N{p.num_samples} / kid_N{p.num_samples}: {p.num_samples} samples ({p.method}"

@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from core import fingerprint
 from evaluation import classifier, frechet
 
 DIGITS = ("digits", "digits_tfds", "mnist")  # datasets with an embedded classifier (classifier.py)
@@ -39,13 +40,18 @@ class FeatureSpace:
     sigma: np.ndarray
     reference_features: np.ndarray | None
     protocol: dict  # what the reference is, weights, classifier accuracy
+    # content hashes (core/fingerprint.py): network (the weights features come from), reference (what the reference
+    # statistics are computed from: images, or the statistics file's arrays), reference_stats (mu and sigma)
+    fingerprint: dict = dataclasses.field(default_factory=dict)
 
     def score(self, images_u8, kid_subsets=100, kid_subset_size=1000, tick=None) -> dict:
         """FID and KID of images against the reference, with their protocol; tick(n) after each batch of n images'
         features (a progress bar's update)."""
         f = self.features(images_u8, tick=tick)
         mu, sigma = frechet.statistics(f)
+        # the network's hash beside the numbers it measured: FIDs of two networks do not compare
         out = dict(fid=frechet.frechet_distance(mu, sigma, self.mu, self.sigma))
+        out["feature_network"] = self.fingerprint.get("network", fingerprint.UNKNOWN)
         if self.reference_features is not None:
             m, s, size = frechet.kid(f, self.reference_features, kid_subsets, kid_subset_size)
             out.update(kid=m, kid_std=s, kid_subset_size=size, kid_subsets=kid_subsets)
@@ -80,9 +86,9 @@ def make_feature_space(config) -> FeatureSpace | None:
     f = config.eval.fid
     if kind(config) == "classifier":
         name = classifier_dataset(config)
-        params, acc, scale = classifier.load_or_train(f.classifier_cache, name)
+        params, acc, scale, origin = classifier.load_or_train(f.classifier_cache, name)
         fn = classifier.make_feature_fn(params, scale, name)
-        (train, _), _ = classifier.dataset_arrays(name)
+        (train, labels), _ = classifier.dataset_arrays(name)
         ref = fn(train)
         mu, sigma = frechet.statistics(ref)
         return FeatureSpace(
@@ -95,7 +101,12 @@ def make_feature_space(config) -> FeatureSpace | None:
                 features=f"{name} classifier, {classifier.FEATURE_DIM}-d penultimate layer (evaluation/classifier.py); "
                 f"test accuracy {acc:.4f}",
                 reference=f"the {len(train)} training images of {name}",
-                cache=classifier.cache_path(f.classifier_cache, name),
+                weights=origin,
+            ),
+            dict(
+                network=classifier.network_fingerprint(params, scale),
+                reference=fingerprint.of_arrays(train, labels),  # the split's own hash (data.ArraySource)
+                reference_stats=fingerprint.of_arrays(mu, sigma),
             ),
         )
     if kind(config) is None:
@@ -114,8 +125,13 @@ def make_feature_space(config) -> FeatureSpace | None:
         ref,
         dict(
             features="FID InceptionV3 pool3 (pytorch-fid weights)",
-            weights=os.path.abspath(f.inception_weights),
-            reference=os.path.abspath(f.reference_stats) + ("" if ref is not None else " (mu/sigma only: no KID)"),
+            weights=os.path.basename(f.inception_weights),
+            reference=os.path.basename(f.reference_stats) + ("" if ref is not None else " (mu/sigma only: no KID)"),
+        ),
+        dict(
+            network=fingerprint.of_file(f.inception_weights),
+            reference=fingerprint.of_arrays(mu, sigma, *(() if ref is None else (ref,))),
+            reference_stats=fingerprint.of_arrays(mu, sigma),
         ),
     )
 

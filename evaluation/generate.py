@@ -7,13 +7,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from diffusion.base import to_u8  # noqa: F401 (the pixels' conversion, importable from here)
 from training.setup import TRACES, Setup
 from training.step import make_apply
-
-
-def to_u8(x):
-    """[-1, 1] -> uint8 [0, 255]."""
-    return jnp.round((x + 1.0) * 127.5).clip(0, 255).astype(jnp.uint8)
 
 
 def guided_apply(apply, process, params, y, scale: float, num_classes: int):
@@ -65,7 +61,7 @@ def sampling_fn(setup: Setup, method: str, steps: int, shape, guidance: float = 
             x = process.sample(fn, key, shape, method, steps, constrain=constrain, clip=ae is None)
             if ae is not None:
                 x = ae.decode_fn(ae_params, x)
-            return to_u8(x)
+            return process.data_out(x)
 
         jitted = jax.jit(sample_u8, out_shardings=setup.batch_sharding)
         return lambda params, key, y: jitted(params, key, y, None if ae is None else ae.params)

@@ -102,6 +102,7 @@ class Attention(nn.Module):
     qkv_bias: bool
     kernel_init: Callable = xavier_uniform
     dtype: Any = jnp.float32
+    causal: bool = False  # token i attends to tokens 0..i only (the autoregressive baseline of models/tokens.py)
 
     @nn.compact
     def __call__(self, x):
@@ -111,6 +112,8 @@ class Attention(nn.Module):
         q, k, v = (qkv.reshape(B, L, 3, h, D // h)[:, :, i] for i in range(3))
         # logits and softmax in float32 whatever the compute dtype (as models.unet.AttnBlock)
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * (D // h) ** -0.5
+        if self.causal:
+            logits = jnp.where(jnp.tril(jnp.ones((L, L), bool)), logits, -jnp.inf)
         w = nn.softmax(logits, axis=-1).astype(self.dtype)
         out = jnp.einsum("bhqk,bkhd->bqhd", w, v).reshape(B, L, D)
         return nn.Dense(D, kernel_init=self.kernel_init, dtype=self.dtype, name="proj")(out)
@@ -191,13 +194,14 @@ class DiTBlock(nn.Module):
     num_heads: int
     mlp_ratio: float
     dtype: Any = jnp.float32
+    causal: bool = False
 
     @nn.compact
     def __call__(self, x, c):
         D = x.shape[-1]
         mod = nn.Dense(6 * D, kernel_init=zeros, dtype=self.dtype, name="adaLN_modulation")(nn.silu(c))
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = jnp.split(mod, 6, axis=-1)
-        h = Attention(self.num_heads, qkv_bias=True, dtype=self.dtype, name="attn")(
+        h = Attention(self.num_heads, qkv_bias=True, dtype=self.dtype, causal=self.causal, name="attn")(
             modulate(_norm(self.dtype)(x), shift_msa, scale_msa)
         )
         x = x + gate_msa[:, None] * h

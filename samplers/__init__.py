@@ -1,19 +1,11 @@
-"""Timestep samplers, registered by name (SAMPLERS). Adding one: a module with a Sampler subclass registered with
-`@SAMPLERS.register`, declaring its own config fields (docs/extending.md#a-sampler); import it here to ship it."""
+"""Timestep samplers, registered by name (SAMPLERS). Adding one: a module of this package with a Sampler subclass
+registered with `@SAMPLERS.register`, declaring its own config fields (docs/extending.md#a-sampler); the package
+imports it (config.registry.import_parts)."""
 
-from samplers import (
-    adaptive,
-    adaptive_noise,
-    antithetic,
-    grad_variance,
-    infonoise,
-    logitnormal,
-    lognormal,
-    loss_second_moment,
-    speed,
-    uniform,
-)
+from config.registry import import_parts
 from samplers.base import SAMPLERS, Sampler, StepContext, TableSampler
+
+import_parts(__name__, __path__)
 
 
 def make_sampler(sampler_cfg, process, batch_size: int) -> Sampler:
@@ -22,20 +14,4 @@ def make_sampler(sampler_cfg, process, batch_size: int) -> Sampler:
     return cls(SAMPLERS.own_config(sampler_cfg), process, batch_size)
 
 
-__all__ = [
-    "Sampler",
-    "StepContext",
-    "TableSampler",
-    "SAMPLERS",
-    "make_sampler",
-    "adaptive",
-    "adaptive_noise",
-    "antithetic",
-    "grad_variance",
-    "infonoise",
-    "logitnormal",
-    "lognormal",
-    "loss_second_moment",
-    "speed",
-    "uniform",
-]
+__all__ = ["Sampler", "StepContext", "TableSampler", "SAMPLERS", "make_sampler"]

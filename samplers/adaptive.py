@@ -46,93 +46,37 @@ and in continuous time it was chosen over "loss" by measurement, before the per-
 (docs/benchmarks.md#flow-matching-on-the-digits-2026-12-01).
 """
 
-import dataclasses
-
-import flax
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 from jax.scipy.special import betainc
 
-from config.fields import Bool, Choice, FieldError, Int, Ints, Num
+from config.fields import Bool, Choice, ConfigError, FieldError, Int, Ints, Num
 from config.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE, LIKELIHOOD, Need
 from diffusion.time import continuous_grid, sweep_grid  # noqa: F401 (the sweep grids, importable from here)
+from samplers import policy_diagnostics
 from samplers.base import SAMPLERS, Sampler
-from samplers.fstat import f_statistic, top_k_highest
-from samplers.policy import BetaPolicy, beta_entropy, beta_kl, beta_log_prob, sample_u
+from samplers.policy import BetaPolicy, beta_entropy, beta_log_prob, bins_mass, sample_u
+from samplers.policy_reward import bound_reduction, credit
+from samplers.policy_state import PolicyState
+from samplers.policy_update import (
+    ENTROPY_FORMS,
+    baseline_mean,
+    entropy_coef_step,
+    probe_rows,
+    reinforce_loss,
+    running_advantage,
+    select_by_fstat,
+    trust_region,
+)
 
-
-@flax.struct.dataclass(kw_only=True)
-class PolicyState:
-    """The learned sampler's state (a pytree; in the train state's sampler_state). An option's fields are None when
-    the option is off, so a checkpoint holds only what the run uses. The fields are declared in the sorted order of
-    the dict keys this state had before it was a dataclass (LEGACY_NAMES), so its leaves come in the same order and
-    the step compiles to the same program; a checkpoint written with those keys still restores
-    (training/checkpoint.py restore, from_legacy)."""
-
-    probe_times: jax.Array  # S [|S|]: the grid indices probed at the next update
-    sweep_rows: jax.Array  # X [buffer, K]: ring buffer of the sweep's per-grid-time reductions d_tau
-    adv_mean: jax.Array | None = None  # advantage=normalised: the running mixture's mean and variance of the reward
-    adv_var: jax.Array | None = None
-    baseline: jax.Array  # the running mean of the mean reward (reward_baseline), before bias correction
-    sweep_count: jax.Array  # count: sweeps pushed into the ring buffer so far
-    density: jax.Array  # [density_bins]: the policy's mean mass per bin of u at the last update
-    diag: dict | None = None  # diagnostics=True: what the reward and the policy gradient carry (_diagnostics)
-    entropy: jax.Array | None = None  # entropy_control=target: the policy's mean entropy at the last update
-    f_top: jax.Array  # [|S|]: the F-statistics of the selected grid times
-    log_coef: jax.Array | None = None  # entropy_control=target: log of the entropy coefficient
-    opt: object  # the policy optimizer's state
-    policy: dict  # the policy network's variables
-    policy_loss: jax.Array
-    reward: jax.Array  # the mean reward of the last update (bits/dim)
-    reward_per_s: jax.Array  # [|S|]: its mean over probe images per probed time
-    spread: jax.Array  # how much the images' distributions differ (_policy_update)
-    step_kl: jax.Array | None = None  # trust_kl: the KL between the last two policies and the step's scale
-    step_scale: jax.Array | None = None
-    updates: jax.Array  # policy updates so far
-    sweep_totals: jax.Array  # y [buffer]: sum_tau d_tau of each buffer row
-
-    # the keys of the dict this state was before (checkpoints written until 2026-12-05): field -> key
-    LEGACY_NAMES = dict(probe_times="S", sweep_rows="X", sweep_count="count", sweep_totals="y")
-
-    def to_legacy(self) -> dict:
-        """The state as the dict of the old layout (absent options left out): a restore target for old checkpoints."""
-        return {
-            self.LEGACY_NAMES.get(f.name, f.name): getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if getattr(self, f.name) is not None
-        }
-
-    @classmethod
-    def from_legacy(cls, d: dict) -> "PolicyState":
-        back = {v: k for k, v in cls.LEGACY_NAMES.items()}
-        return cls(**{back.get(k, k): v for k, v in d.items()})
-
-    @classmethod
-    def is_legacy(cls, paths) -> bool:
-        """Whether a checkpoint's sampler_state leaf paths ("sampler_state.X", ...) are of the old layout."""
-        return any(p == "sampler_state.X" or p.startswith("sampler_state.X.") for p in paths)
-
-
-ENTROPY_FORMS = ("standard", "reference")
 GRIDS = ("even", "geometric")
 REWARDS = ("bound", "loss", "credit")
 SELECTIONS = ("fstat", "fstat_standardised", "stratified")
 DATA_ENDS = ("kl", "decoder", "exclude")
 ADVANTAGES = ("raw", "normalised")
 ENTROPY_CONTROLS = ("fixed", "target")
-# the automatically tuned entropy coefficient stays in [1e-6, 10] (entropy_control="target")
-LOG_COEF_RANGE = (float(np.log(1e-6)), float(np.log(10.0)))
-TRUST_HALVINGS = 10  # at most this many halvings of a policy step after its first scaling (trust_kl)
 MIN_BIN_MASS = 1e-3  # importance weights use max(p(t), MIN_BIN_MASS / T): at most 1000
-
-
-def bins_mass(a, b, edges_u):
-    """Each image's probability of each bin of u between edges_u [num_bins + 1] (the time domain's unit_edges: the
-    bins of t of the timestep histogram): a, b: [N] -> [N, num_bins]."""
-    cdf = betainc(a[:, None], b[:, None], edges_u[None, :])
-    return jnp.diff(cdf, axis=1)
 
 
 @SAMPLERS.register
@@ -226,12 +170,12 @@ class AdaptiveSampler(Sampler):
     @classmethod
     def needs(cls, cfg):
         out = super().needs(cfg)
-        reward = cfg.get("reward", "bound")
+        reward = cfg.reward
         if reward != "loss":  # the bound's rows (diffusion.base.Likelihood.row_terms)
             out.append(Need(LIKELIHOOD, "reward", reward, "loss", "its reward reads the bound's terms"))
         if cfg.sweep_grid == "geometric":  # spaced in log SNR: mapped back to times
             out.append(Need(INVERTIBLE, "sweep_grid", "geometric", "even"))
-        if cfg.get("data_end", "kl") == "decoder":
+        if cfg.data_end == "decoder":
             why = "the discretised decoder is the t = 0 term of a chain's bound; continuous time has no such term"
             out.append(Need(DISCRETE, "data_end", "decoder", "kl or exclude", why))
         if not cfg.importance_weights:
@@ -244,6 +188,11 @@ class AdaptiveSampler(Sampler):
 
     @classmethod
     def check(cls, cfg, ctx):
+        if ctx["vocab_size"]:  # tokens [B, L]: the policy (samplers/policy.py) is a conv net on images
+            raise ConfigError(
+                f"config.sampler.name='adaptive' is not allowed with config.data.name={ctx['data_name']!r}: its policy "
+                "network reads images and the data are tokens; use uniform or antithetic"
+            )
         T, B = ctx["T"], ctx["B"]
         K = len(range(0, T, cfg.sweep_stride))
         if not cfg.num_selected <= K:
@@ -303,21 +252,14 @@ class AdaptiveSampler(Sampler):
             optax.adam(cfg.policy_lr, b1=cfg.policy_b1, b2=cfg.policy_b2),
         )
         self.grid = self.time.sweep(process, cfg.sweep_stride, cfg.sweep_grid)
-        self.reward_kind = cfg.get("reward", "bound")
         # one grid cell's share of the bound (1 on the chain: a step's KL; 1 / grid in continuous time, where the
         # ELBO integrand is per unit of t), so that entropy_coef and policy_grad_clip mean the same in both domains
-        self.reward_scale = self.time.cell_share if self.reward_kind in ("bound", "credit") else 1.0
+        self.reward_scale = self.time.cell_share if self.cfg.reward in ("bound", "credit") else 1.0
         self.probe = batch_size if cfg.probe_batch_size == -1 else cfg.probe_batch_size
-        # the options of docs/method.md#making-the-policy-learn (a sub-config written before them has none)
-        opt = lambda k: cfg.get(k, self.FIELDS[k].default)
-        self.selection, self.data_end, self.advantage = opt("selection"), opt("data_end"), opt("advantage")
-        self.advantage_decay, self.trust_kl = opt("advantage_decay"), opt("trust_kl")
         # what the probe rows compute (training/step.py ROW_KINDS): the training objective for reward=loss; else the
         # bound's terms, with the chain's t = 0 term the reference's Gaussian KL or the bound's own decoder
-        self.row_kind = "loss" if self.reward_kind == "loss" else "bound" if self.data_end == "decoder" else "kl"
-        self.entropy_control, self.entropy_target = opt("entropy_control"), opt("entropy_target")
-        self.entropy_coef_lr, self.diagnostics = opt("entropy_coef_lr"), opt("diagnostics")
-        self.skip = int(self.data_end == "exclude")  # grid times (the data end) S never holds
+        self.row_kind = "loss" if self.cfg.reward == "loss" else "bound" if self.cfg.data_end == "decoder" else "kl"
+        self.skip = int(self.cfg.data_end == "exclude")  # grid times (the data end) S never holds
         self.selectable = jnp.arange(self.grid.shape[0]) >= self.skip
 
     def init(self, key, x0):
@@ -326,14 +268,14 @@ class AdaptiveSampler(Sampler):
         zero = jnp.zeros((), jnp.float32)
         # each option's state only when it is on: a checkpoint of the default sampler keeps its layout
         extra = {}
-        if self.advantage == "normalised":
+        if self.cfg.advantage == "normalised":
             extra.update(adv_mean=zero, adv_var=zero)  # the running mixture of the rewards
-        if self.entropy_control == "target":
+        if self.cfg.entropy_control == "target":
             extra.update(log_coef=jnp.log(jnp.float32(self.cfg.entropy_coef)), entropy=zero)
-        if self.trust_kl > 0:
+        if self.cfg.trust_kl > 0:
             extra.update(step_kl=zero, step_scale=jnp.ones((), jnp.float32))
-        if self.diagnostics:
-            extra.update(diag=self._diag_init(params, n))
+        if self.cfg.diagnostics:
+            extra.update(diag=policy_diagnostics.initial(params, n, self.probe))
         return PolicyState(
             policy=params,
             opt=self.tx.init(params),
@@ -377,162 +319,59 @@ class AdaptiveSampler(Sampler):
         return 1.0 / (n * jnp.maximum(p, MIN_BIN_MASS / n))
 
     # -- the policy-update branch -------------------------------------------------------------------------------
-    def _probe_rows(self, x):
-        """Every (B / P)-th image: spread evenly over the batch, so each device's shard gives the same number."""
-        B = x.shape[0]
-        return x.reshape((self.probe, B // self.probe) + x.shape[1:])[:, 0]
-
     def _delta(self, ctx, x0, y, ts, key):
-        """KL(theta_k) - KL(theta_{k+1}) at every timestep of ts [K] for every image of x0 [N] (labels y [N] or
-        None): [N, K]. The N K rows are laid out image-major (the K rows of an image stay on the device that holds
-        it)."""
-        N, K = x0.shape[0], ts.shape[0]
-        x0r, tr = jnp.repeat(x0, K, axis=0), jnp.tile(ts, N)
-        yr = None if y is None else jnp.repeat(y, K, axis=0)
-        kn_before, kn_after, kd_before, kd_after = jax.random.split(key, 4)
-        if self.cfg.common_noise:
-            kn_after, kd_after = kn_before, kd_before
-
-        def kl(params, k_noise, k_dropout):
-            noise = jax.random.normal(k_noise, x0r.shape, jnp.float32)
-            dropout_key = k_dropout if self.cfg.probe_dropout else None
-            terms = ctx.rows_fn(
-                params,
-                x0r,
-                tr,
-                noise,
-                y=yr,
-                dropout_key=dropout_key,
-                kind=self.row_kind,
-                rows_per_device=self.cfg.probe_chunk_rows,
-            )
-            return terms.reshape(N, K)
-
-        delta = kl(ctx.params_before, kn_before, kd_before) - kl(ctx.params_after, kn_after, kd_after)
-        return delta * self.reward_scale
+        """The bound's (or the loss's) reduction by this step's update at ts [K] for every image of x0: [N, K]."""
+        cfg = self.cfg
+        return bound_reduction(
+            ctx, x0, y, ts, key, kind=self.row_kind, scale=self.reward_scale, common_noise=cfg.common_noise,
+            dropout=cfg.probe_dropout, chunk=cfg.probe_chunk_rows, draw_noise=self.process.draw_noise,
+        )  # fmt: skip
 
     def _credit(self, ctx, x0, y, t, ts, key):
-        """<grad l_i(theta_k; t_i), grad KL_s(theta_k)> for every probe image i [N] (drawn at t [N] this step) and
-        every s of ts [K]: [N, K]. KL_s is the bound's term at s, averaged over the N images (their own noise); l_i
-        is image i's training objective w(t_i) MSE (+ extra) with fresh noise, without the sampler's importance
-        weight. A step theta - eta grad l_i lowers KL_s by eta times this, to first order (Adam's preconditioning
-        left out): the share of the bound's reduction owed to image i's own draw. One gradient per s, one
-        forward-mode pass over the images each."""
-        N, K = x0.shape[0], ts.shape[0]
-        k_rows, k_drop, k_loss, k_loss_drop = jax.random.split(key, 4)
-        dropout = k_drop if self.cfg.probe_dropout else None
-        kind = "bound" if self.data_end == "decoder" else "kl"
-        params = ctx.params_before
-
-        def term(p, s):  # the mean over the images of the bound's term at ts[s] (one grid cell's share)
-            noise = jax.random.normal(jax.random.fold_in(k_rows, s), x0.shape, jnp.float32)
-            tr = jnp.full((N,), ts[s], ts.dtype)
-            rows = ctx.rows_fn(
-                p, x0, tr, noise, kind=kind, y=y, dropout_key=dropout, rows_per_device=self.cfg.probe_chunk_rows
-            )
-            return jnp.mean(rows) * self.reward_scale
-
-        loss_noise = jax.random.normal(k_loss, x0.shape, jnp.float32)
-        loss_dropout = k_loss_drop if self.cfg.probe_dropout else None
-        losses = lambda p: ctx.objective(p, x0, t, loss_noise, loss_dropout, y)[0]
-        cols = [jax.jvp(losses, (params,), (jax.grad(term)(params, s),))[1] for s in range(K)]
-        return jnp.stack(cols, axis=1)
+        """Each probe image's first-order credit for the bound's reduction at ts [K]: [N, K]."""
+        kind = "bound" if self.cfg.data_end == "decoder" else "kl"
+        return credit(
+            ctx, x0, y, t, ts, key, kind=kind, scale=self.reward_scale, dropout=self.cfg.probe_dropout,
+            chunk=self.cfg.probe_chunk_rows, draw_noise=self.process.draw_noise,
+        )  # fmt: skip
 
     def _policy_loss(self, params, x0, u, advantage, from_policy, c):
         """The REINFORCE loss with entropy coefficient c, and the probe images' mean entropy."""
         a, b = self.policy.apply(params, x0)
-        logp = beta_log_prob(u, a, b)
+        logp = beta_log_prob(u, a, b)  # traced before the entropy: the order keeps runs bit-identical
         ent = beta_entropy(a, b)
-        mask = from_policy.astype(jnp.float32)
-        mean_masked = lambda v: jnp.sum(v * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-        if self.cfg.entropy_form == "reference":
-            return -mean_masked(logp * (advantage + c * ent)), jnp.mean(ent)
-        return -mean_masked(logp * advantage) - c * jnp.mean(ent), jnp.mean(ent)
-
-    def _entropy_coef(self, state):
-        return jnp.exp(state.log_coef) if self.entropy_control == "target" else self.cfg.entropy_coef
+        return reinforce_loss(logp, ent, advantage, from_policy, c, self.cfg.entropy_form), jnp.mean(ent)
 
     def _advantage(self, state, reward):
         """(A [P], the state's updated running statistics): the advantage of each probe image's reward."""
-        if self.advantage == "raw":
-            return reward - self._baseline(state), {}
-        # the running mixture: weight d for the rewards of earlier updates (mean m, variance v), 1 - d for this
-        # update's (mean bm, variance bv); the first update's are its own
-        d, first = self.advantage_decay, state.updates == 0
-        bm, bv = jnp.mean(reward), jnp.var(reward)
-        m = jnp.where(first, bm, d * state.adv_mean + (1 - d) * bm)
-        v = jnp.where(first, bv, d * state.adv_var + (1 - d) * bv + d * (1 - d) * (bm - state.adv_mean) ** 2)
-        return (reward - m) / jnp.maximum(jnp.sqrt(v), 1e-12), dict(adv_mean=m, adv_var=v)
-
-    def _trust_region(self, old, new, x0):
-        """new scaled towards old so that the probe images' mean KL(pi_old || pi_new) <= trust_kl: first by
-        sqrt(trust_kl / KL) (the KL of a small step is quadratic in its length), then halved until it holds.
-        Returns (params, KL, scale)."""
-        a0, b0 = self.policy.apply(old, x0)
-        step = jax.tree.map(lambda n, o: n - o, new, old)
-        at = lambda s: jax.tree.map(lambda o, d: o + s * d, old, step)
-
-        def kl(s):
-            a, b = self.policy.apply(at(s), x0)
-            return jnp.mean(beta_kl(a0, b0, a, b))
-
-        full = kl(1.0)
-        scale = jnp.where(full > self.trust_kl, jnp.sqrt(self.trust_kl / jnp.maximum(full, 1e-30)), 1.0)
-
-        def halve(carry):
-            s, _, i = carry
-            return s / 2, kl(s / 2), i + 1
-
-        scale, value, _ = jax.lax.while_loop(
-            lambda c: (c[1] > self.trust_kl) & (c[2] < TRUST_HALVINGS), halve, (scale, kl(scale), 0)
-        )
-        return at(scale), value, scale
+        if self.cfg.advantage == "raw":
+            return reward - baseline_mean(state.baseline, state.updates, self.cfg.reward_baseline), {}
+        A, m, v = running_advantage(reward, state.updates, state.adv_mean, state.adv_var, self.cfg.advantage_decay)
+        return A, dict(adv_mean=m, adv_var=v)
 
     def _probe_times(self, state, key):
         """(S [|S|], each time's weight in cells): the previous update's selection with weight 1, or fresh strata."""
-        if self.selection == "stratified":
+        if self.cfg.selection == "stratified":
             return self.time.strata(key, self.cfg.num_selected, self.skip)
         return state.probe_times, jnp.ones((self.cfg.num_selected,), jnp.float32)
 
-    def _baseline(self, state):
-        """The bias-corrected running mean of the mean reward over the previous updates (0 before any, or off)."""
-        decay, n = self.cfg.reward_baseline, state.updates
-        if decay == 0:
-            return jnp.zeros((), jnp.float32)
-        return jnp.where(n > 0, state.baseline / (1.0 - decay ** n.astype(jnp.float32)), 0.0)
-
-    def _select(self, X, y, count, S):
-        """(S, F-scores of S): the num_selected grid timesteps with the highest F over the valid rows (filled and
-        not all zero), once there are select_min_rows of them; else S unchanged. The F target is y (the rows'
-        sums), the sum of the selectable columns (data_end=exclude), or of the selectable columns standardised
-        over the valid rows (fstat_standardised: a constant column counts 0)."""
-        filled = jnp.arange(self.cfg.buffer_size) < jnp.minimum(count, self.cfg.buffer_size)
-        valid = filled & jnp.any(X != 0.0, axis=1)
-        keep = self.selectable.astype(X.dtype)
-        if self.selection == "fstat_standardised":
-            w = valid.astype(X.dtype)[:, None]
-            n = jnp.maximum(jnp.sum(w), 1.0)
-            mean = jnp.sum(X * w, 0) / n
-            sd = jnp.sqrt(jnp.sum(((X - mean) * w) ** 2, 0) / n)
-            z = jnp.where(sd > 0, (X - mean) / jnp.where(sd > 0, sd, 1.0), 0.0)
-            y = jnp.sum(z * keep, axis=1)
-        elif self.skip:
-            y = jnp.sum(X * keep, axis=1)
-        f = jnp.where(self.selectable, f_statistic(X, y, valid), -1.0)
-        idx = top_k_highest(f, self.cfg.num_selected)
-        ready = jnp.sum(valid) >= self.cfg.select_min_rows
-        return jnp.where(ready, self.grid[idx], S), jnp.where(ready, f[idx], 0.0)
+    def select(self, X, y, count, S):
+        """(S, F-scores of S) from the sweep buffer X [buffer, K] with row sums y (policy_update.select_by_fstat)."""
+        return select_by_fstat(
+            X, y, count, S, grid=self.grid, selectable=self.selectable, num_selected=self.cfg.num_selected,
+            min_rows=self.cfg.select_min_rows, standardised=self.cfg.selection == "fstat_standardised", skip=self.skip,
+        )  # fmt: skip
 
     def _policy_update(self, state, ctx):
         k_probe, k_sweep, k_pick = jax.random.split(ctx.key, 3)
-        xp = self._probe_rows(ctx.x0)
-        up = self._probe_rows(ctx.aux["u"])
-        from_policy = self._probe_rows(ctx.aux.get("from_policy", jnp.ones(ctx.x0.shape[:1], bool)))
-        yp = None if ctx.y is None else self._probe_rows(ctx.y)
+        xp = probe_rows(ctx.x0, self.probe)
+        up = probe_rows(ctx.aux["u"], self.probe)
+        from_policy = probe_rows(ctx.aux.get("from_policy", jnp.ones(ctx.x0.shape[:1], bool)), self.probe)
+        yp = None if ctx.y is None else probe_rows(ctx.y, self.probe)
         # the strata's draw takes a key of its own, so that the default's k_probe stream is unchanged
         S_used, cells = self._probe_times(state, jax.random.fold_in(ctx.key, 3))
-        if self.reward_kind == "credit":
-            tp = self._probe_rows(ctx.t)
+        if self.cfg.reward == "credit":
+            tp = probe_rows(ctx.t, self.probe)
             delta = self._credit(ctx, xp, yp, tp, S_used, k_probe) * cells  # [P, |S|]
         else:
             delta = self._delta(ctx, xp, yp, S_used, k_probe) * cells  # [P, |S|]
@@ -540,21 +379,25 @@ class AdaptiveSampler(Sampler):
         advantage, new = self._advantage(state, reward)
         advantage = jax.lax.stop_gradient(advantage)
 
-        c = self._entropy_coef(state)
+        c = jnp.exp(state.log_coef) if self.cfg.entropy_control == "target" else self.cfg.entropy_coef
         (loss, entropy), grads = jax.value_and_grad(self._policy_loss, has_aux=True)(
             state.policy, xp, up, advantage, from_policy, c
         )
         updates, opt = self.tx.update(grads, state.opt, state.policy)
         policy = optax.apply_updates(state.policy, updates)
-        if self.trust_kl > 0:
-            policy, new["step_kl"], new["step_scale"] = self._trust_region(state.policy, policy, xp)
-        if self.entropy_control == "target":  # SAC's temperature rule, on log c, with this update's entropy
-            log_c = state.log_coef - self.entropy_coef_lr * (entropy - self.entropy_target)
-            new.update(log_coef=jnp.clip(log_c, *LOG_COEF_RANGE), entropy=entropy)
-        if self.diagnostics:
-            new["diag"] = self._diagnostics(state.policy, xp, up, advantage, from_policy, c, delta)
+        if self.cfg.trust_kl > 0:
+            policy, new["step_kl"], new["step_scale"] = trust_region(
+                self.policy.apply, state.policy, policy, xp, self.cfg.trust_kl
+            )
+        if self.cfg.entropy_control == "target":  # SAC's temperature rule, on log c, with this update's entropy
+            log_c = entropy_coef_step(state.log_coef, self.cfg.entropy_coef_lr, entropy, self.cfg.entropy_target)
+            new.update(log_coef=log_c, entropy=entropy)
+        if self.cfg.diagnostics:
+            new["diag"] = policy_diagnostics.measure(
+                self.policy.apply, state.policy, xp, up, advantage, from_policy, c, delta
+            )
 
-        if self.selection == "stratified":  # no sweep, no buffer: S records this update's draw
+        if self.cfg.selection == "stratified":  # no sweep, no buffer: S records this update's draw
             X, y, count, S, f_top = (
                 state.sweep_rows,
                 state.sweep_totals,
@@ -570,7 +413,7 @@ class AdaptiveSampler(Sampler):
             X = state.sweep_rows.at[row].set(d)
             y = state.sweep_totals.at[row].set(jnp.sum(d))
             count = state.sweep_count + 1
-            S, f_top = self._select(X, y, count, state.probe_times)
+            S, f_top = self.select(X, y, count, state.probe_times)
         decay = self.cfg.reward_baseline
         mass = bins_mass(ctx.aux["alpha"], ctx.aux["beta"], self.time.unit_edges(self.cfg.density_bins))
         density = jnp.mean(mass, axis=0)
@@ -594,66 +437,6 @@ class AdaptiveSampler(Sampler):
             **new,
         )
 
-    # -- diagnostics (diagnostics=True; benchmarks/reward.py) ---------------------------------------------------
-    def _groups(self, params):
-        """The policy's layers (its top-level modules), in a fixed order."""
-        return sorted(params["params"])
-
-    def _diag_init(self, params, n):
-        zero = jnp.zeros((), jnp.float32)
-        G = len(self._groups(params))
-        return dict(
-            reward_sd_per_s=jnp.zeros((n,), jnp.float32),
-            reward_share_per_s=jnp.zeros((n,), jnp.float32),
-            reward_per_image=jnp.zeros((self.probe,), jnp.float32),
-            grad_snr=jnp.zeros((G,), jnp.float32),
-            entropy_to_reward_grad=zero,
-        )
-
-    def _diagnostics(self, params, xp, up, advantage, from_policy, c, delta):
-        """What the reward and the policy gradient carry at this update (before the policy step):
-        - reward_sd_per_s [|S|]: the spread across probe images of each s's term of R_i;
-        - reward_share_per_s [|S|]: Cov(d_s, R) / Var(R), each s's share of the reward's variance across images
-          (the shares sum to 1);
-        - reward_per_image [P]: R_i;
-        - grad_snr [layers]: per layer, |mean_i g_i| / sqrt(mean_i |g_i - mean g|^2), g_i = -A_i grad log pi(u_i | x_i)
-          image i's REINFORCE term (0 for uniformly drawn images): the mean's length over the per-image spread (a
-          mean of P images is distinguishable from 0 when this exceeds about 2 / sqrt(P));
-        - entropy_to_reward_grad: |c grad mean_i H_i| / |mean_i g_i| over all parameters."""
-        R = jnp.sum(delta, axis=1)
-        Rc, dc = R - jnp.mean(R), delta - jnp.mean(delta, axis=0)
-        share = jnp.mean(dc * Rc[:, None], axis=0) / jnp.maximum(jnp.mean(Rc**2), 1e-30)
-
-        def logp(p, x, u):
-            a, b = self.policy.apply(p, x[None])
-            return beta_log_prob(u, a[0], b[0])
-
-        g = jax.vmap(jax.grad(logp), in_axes=(None, 0, 0))(params, xp, up)
-        weight = -advantage * from_policy.astype(jnp.float32)
-        g = jax.tree.map(lambda v: v * weight.reshape((-1,) + (1,) * (v.ndim - 1)), g)
-
-        def snr(tree):
-            leaves = jax.tree.leaves(tree)
-            mean_sq = sum(jnp.sum(jnp.mean(v, 0) ** 2) for v in leaves)
-            spread_sq = sum(jnp.sum(jnp.mean((v - jnp.mean(v, 0)) ** 2, 0)) for v in leaves)
-            return jnp.sqrt(mean_sq / jnp.maximum(spread_sq, 1e-30)), jnp.sqrt(mean_sq)
-
-        snrs = [snr(g["params"][k])[0] for k in self._groups(params)]
-        reward_norm = snr(g)[1]
-
-        def mean_entropy(p):
-            a, b = self.policy.apply(p, xp)
-            return c * jnp.mean(beta_entropy(a, b))
-
-        ent_norm = optax.tree.norm(jax.grad(mean_entropy)(params))
-        return dict(
-            reward_sd_per_s=jnp.std(delta, axis=0),
-            reward_share_per_s=share,
-            reward_per_image=R,
-            grad_snr=jnp.stack(snrs),
-            entropy_to_reward_grad=ent_norm / jnp.maximum(reward_norm, 1e-30),
-        )
-
     def period(self):
         return self.cfg.update_every
 
@@ -671,12 +454,12 @@ class AdaptiveSampler(Sampler):
             policy_density=state.density,
             policy_spread=state.spread,
         )
-        if self.entropy_control == "target":
+        if self.cfg.entropy_control == "target":
             metrics.update(entropy_coef=jnp.exp(state.log_coef), entropy=state.entropy)
-        if self.trust_kl > 0:
+        if self.cfg.trust_kl > 0:
             metrics.update(step_kl=state.step_kl, step_scale=state.step_scale)
-        if self.advantage == "normalised":
+        if self.cfg.advantage == "normalised":
             metrics.update(reward_running_mean=state.adv_mean, reward_running_sd=jnp.sqrt(state.adv_var))
-        if self.diagnostics:
+        if self.cfg.diagnostics:
             metrics.update(state.diag)
         return state, metrics

@@ -88,7 +88,7 @@ class GradVarianceSampler(TableSampler):
             x = ctx.x0[idx]
             y = None if ctx.y is None else ctx.y[idx]
             grads = per_example(
-                ctx.params_before, x, t, jax.random.normal(k_noise, x.shape), jax.random.split(k_drop, 2), y
+                ctx.params_before, x, t, self.process.draw_noise(k_noise, x), jax.random.split(k_drop, 2), y
             )
             diff = jax.tree.map(lambda a: a[0] - a[1], grads)
             return optax.tree.norm(diff, squared=True) / 2.0

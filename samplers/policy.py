@@ -11,7 +11,7 @@ from typing import Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-from jax.scipy.special import betaln, digamma
+from jax.scipy.special import betainc, betaln, digamma
 
 from diffusion.time import DiscreteTime
 
@@ -66,3 +66,10 @@ def beta_kl(a1, b1, a2, b2):
         + (b1 - b2) * digamma(b1)
         + (a2 - a1 + b2 - b1) * digamma(a1 + b1)
     )
+
+
+def bins_mass(a, b, edges_u):
+    """Each image's probability of each bin of u between edges_u [num_bins + 1] (the time domain's unit_edges: the
+    bins of t of the timestep histogram): a, b: [N] -> [N, num_bins]."""
+    cdf = betainc(a[:, None], b[:, None], edges_u[None, :])
+    return jnp.diff(cdf, axis=1)

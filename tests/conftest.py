@@ -94,7 +94,7 @@ def full_and_resumed(c, workdir, steps: int = 6, resumed_workers: int = 0):
             c.train.batch_size,
             setup.batch_sharding,
             start_step=start,
-            random_flip=c.data.random_flip,
+            random_flip=c.data.get("random_flip", False),
             workers=workers,
         )
         try:

@@ -92,7 +92,7 @@ def probe_context(sampler, state, model, process, x0, params_before, params_afte
     )
 
 
-@pytest.mark.slow  # two policy-update compiles, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # two policy-update compiles, over 20 s: CI's second job
 def test_reward_is_zero_when_the_update_changes_nothing():
     c, P, sampler = _adaptive(**{"sampler.adaptive.probe_batch_size": 8})
     model = make_model(c.model)
@@ -276,11 +276,11 @@ def test_buffer_wraps_around_and_zero_rows_and_early_rows_select_nothing():
     np.testing.assert_array_equal(np.asarray(state.probe_times), want)
     # three rows of which one is all zero: two valid rows, S stays; sklearn over the valid rows otherwise
     X3 = jnp.asarray(np.stack([tables[0], np.zeros(grid.size, np.float32), tables[1]]))
-    S, f = sampler._select(X3, X3.sum(1), jnp.int32(3), jnp.array([0, 1, 2]))
+    S, f = sampler.select(X3, X3.sum(1), jnp.int32(3), jnp.array([0, 1, 2]))
     np.testing.assert_array_equal(np.asarray(S), [0, 1, 2])
     X4 = jnp.asarray(np.stack([tables[0], np.zeros(grid.size, np.float32), tables[1], tables[5]]))
     sampler4 = make_sampler(override_adaptive(c, buffer_size=4), P, c.train.batch_size)
-    S, f = sampler4._select(X4, X4.sum(1), jnp.int32(4), jnp.array([0, 1, 2]))
+    S, f = sampler4.select(X4, X4.sum(1), jnp.int32(4), jnp.array([0, 1, 2]))
     valid = np.asarray(X4)[[0, 2, 3]]
     sel = SelectKBest(f_regression, k=3).fit(valid, valid.sum(1))
     np.testing.assert_array_equal(np.asarray(S), grid[sel.get_support(indices=True)])
@@ -441,7 +441,8 @@ def test_geometric_sweep_grid_and_the_policy_density_diagnostics():
 
     from diffusion.gaussian import stratum_edges
     from diffusion.time import DiscreteTime
-    from samplers.adaptive import bins_mass, sweep_grid
+    from samplers.adaptive import sweep_grid
+    from samplers.policy import bins_mass
 
     even, geo = np.asarray(sweep_grid(1000, 20)), np.asarray(sweep_grid(1000, 20, "geometric"))
     assert len(even) == len(geo) == 50 and np.all(np.diff(geo) > 0) and geo[-1] < 1000

@@ -114,10 +114,10 @@ def test_standardised_selection_follows_the_columns_that_move_together():
     for j in range(5, 11):
         X[:, j] = 0.01 * (common + 0.1 * rng.normal(size=n))
     X = jnp.asarray(X, jnp.float32)
-    S, _ = sampler._select(X, jnp.sum(X, axis=1), jnp.int32(n), jnp.zeros(3, jnp.int32))
+    S, _ = sampler.select(X, jnp.sum(X, axis=1), jnp.int32(n), jnp.zeros(3, jnp.int32))
     assert set(np.asarray(S).tolist()) <= set(np.asarray(sampler.grid)[5:11].tolist())
     c, P, reference = _adaptive()
-    S, _ = reference._select(X, jnp.sum(X, axis=1), jnp.int32(n), jnp.zeros(3, jnp.int32))
+    S, _ = reference.select(X, jnp.sum(X, axis=1), jnp.int32(n), jnp.zeros(3, jnp.int32))
     assert 0 in np.asarray(S).tolist()
 
 
@@ -325,7 +325,7 @@ def test_diagnostics_by_hand():
     assert present(default.init(jax.random.PRNGKey(0), x0)) == present(state) - {"diag"}
 
 
-@pytest.mark.slow  # over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # over 20 s: CI's second job
 def test_credit_reward_is_each_images_gradient_alignment_with_the_bound():
     """reward=credit: C[i, s] = <grad l_i, grad KL_s> at theta_k, computed here with two reverse-mode gradients and a
     dot product (the sampler uses one forward-mode pass), and a small step on image i's loss lowers KL_s by eps C."""

@@ -370,7 +370,7 @@ def test_infonoise_takes_the_data_end_at_its_limit(config_module):
     """t = 0 exactly (a float draw can be 0): a flow's velocity and EDM's F have F and SNR both infinite there, so
     F / SNR is the limit c2^2 = 1 from the path's coefficients (a flow's 1 / (1 - t)^2 at t = 0) instead of inf / inf
     = NaN, which would stay in the bin's running mean and stop the run; the x0-MSE there is 0. At t = 1 (alpha = 0)
-    the relative weight is infinite and the example adds 0, as before."""
+    the relative weight is infinite and the example adds 0."""
     import importlib
 
     mod = importlib.import_module(f"configs.{config_module}")
@@ -703,3 +703,130 @@ def test_uncertainty_weighting_trains_in_the_step_and_resumes_exactly(tmp_path):
     assert "weighting" in full.params and "weighting" in full.ema_params
     init = jax.device_get(initial_state(setup).params["weighting"]["w"])
     assert np.abs(full.params["weighting"]["w"] - init).max() > 1e-4
+
+
+def test_beta_cell_masses_and_weights_by_hand():
+    """Beta(2, 1) of t / T has CDF u^2, so step t's cell [t/T, (t+1)/T) holds (2t + 1) / T^2; a uniform floor m mixes
+    in m / T; with importance weights each weight is 1 / (T p(t)), without them 1; Beta(1, 1) is uniform (to float64
+    rounding)."""
+    over = {"sampler.name": "beta", "sampler.beta.a": 2.0, "sampler.beta.b": 1.0, "sampler.beta.uniform_mix": 0.2}
+    c = config(**over, **{"sampler.beta.importance_weights": True})
+    sampler = make_sampler(c.sampler, DDPM(make_schedule("linear", T)), c.train.batch_size)
+    t_all = np.arange(T)
+    want = 0.8 * (2 * t_all + 1) / T**2 + 0.2 / T
+    np.testing.assert_allclose(sampler.p64, want, rtol=1e-12)
+    N = 50_000
+    t, w, _ = jax.jit(sampler.sample)({}, jax.random.PRNGKey(5), jnp.zeros((N, 1)))
+    t, w = np.asarray(t), np.asarray(w, np.float64)
+    np.testing.assert_allclose(w, 1 / (T * want[t]), rtol=1e-5)
+    hist = np.bincount(t * 4 // T, minlength=4) / N
+    quarters = [0.8 * ((q + 1) ** 2 - q**2) / 16 + 0.05 for q in range(4)]
+    np.testing.assert_allclose(hist, quarters, atol=4 * math.sqrt(0.25 / N))
+    plain = make_sampler(config(**over).sampler, DDPM(make_schedule("linear", T)), 16)
+    np.testing.assert_array_equal(
+        np.asarray(jax.jit(plain.sample)({}, jax.random.PRNGKey(5), jnp.zeros((64, 1)))[1]), 1
+    )
+    flat = config(**{"sampler.name": "beta"})
+    np.testing.assert_allclose(make_sampler(flat.sampler, DDPM(make_schedule("linear", T)), 16).p64, 1 / T, rtol=1e-12)
+
+
+def test_beta_in_continuous_time_draws_exactly_and_weights_by_its_density():
+    """Flow matching: t ~ Beta(0.5, 2), density 0.75 t^-1/2 (1 - t) (B(1/2, 2) = 4/3); the weighted mean of t^2 is
+    the uniform one, 1/3, and the unweighted mean of t is 0.5 / 2.5; the mirror image Beta(2, 0.5) never gives t = 1."""
+    c = flow_config(**{"sampler.name": "beta", "sampler.beta.a": 0.5, "sampler.beta.b": 2.0})
+    c.sampler.beta.importance_weights = True
+    process = make_process(c.diffusion)
+    sampler = make_sampler(c.sampler, process, 16)
+    N = 200_000
+    t, w, _ = jax.jit(sampler.sample)({}, jax.random.PRNGKey(2), jnp.zeros((N, 1)))
+    t, w = np.asarray(t, np.float64), np.asarray(w, np.float64)
+    inside = t > 1e-3  # where float32 keeps the weight's relative error small
+    np.testing.assert_allclose(w[inside], 1 / (0.75 * t[inside] ** -0.5 * (1 - t[inside])), rtol=1e-4)
+    assert abs(t.mean() - 0.2) < 4 * t.std() / math.sqrt(N)
+    est = w * t**2
+    assert abs(est.mean() - 1 / 3) < 4 * est.std() / math.sqrt(N)
+    mirror = flow_config(**{"sampler.name": "beta", "sampler.beta.a": 2.0, "sampler.beta.b": 0.5})
+    t, _, _ = jax.jit(make_sampler(mirror.sampler, process, 16).sample)({}, jax.random.PRNGKey(2), jnp.zeros((N, 1)))
+    assert float(jnp.max(t)) < 1.0 and float(jnp.mean(t > 0.999)) > 0.01
+
+
+@pytest.mark.parametrize("field,value", [("a", 0.0), ("b", -1.0), ("uniform_mix", 1.0)])
+def test_beta_refuses_parameters_out_of_range(field, value):
+    with pytest.raises(ConfigError, match=rf"sampler\.beta\.{field}"):
+        config(**{"sampler.name": "beta", f"sampler.beta.{field}": value})
+
+
+@pytest.mark.parametrize("variance", ["fixed_large", "fixed_small"])
+def test_likelihood_weighting_is_the_bounds_own_weight_of_the_eps_mse(variance):
+    """The Gaussian KL of the bound at t (diffusion/ddpm.py kl_terms_bpd) minus its value for a perfect prediction is
+    w_eps(t) mean (eps - eps_hat)^2 / ln 2 at every t, t = 0 included; the table is w_eps normalised to mean 1, and on
+    the x0 target it weighs the x0-MSE by w_eps SNR (the same objective), normalised alike."""
+    from weightings.likelihood import bound_weights_eps
+
+    process = DDPM(make_schedule("linear", T), variance=variance)
+    w = bound_weights_eps(process)
+    rng = np.random.default_rng(0)
+    x0 = jnp.asarray(rng.uniform(-1, 1, (5, 4, 4, 1)), jnp.float32)
+    noise = jnp.asarray(rng.normal(size=(5, 4, 4, 1)), jnp.float32)
+    out = noise + 0.3 * jnp.asarray(rng.normal(size=(5, 4, 4, 1)), jnp.float32)
+    t = jnp.asarray(TS, jnp.int32)
+    xt = process.q_sample(x0, t, noise)
+    kl = np.asarray(process.kl_terms_bpd(x0, xt, t, out), np.float64)
+    kl_perfect = np.asarray(process.kl_terms_bpd(x0, xt, t, noise), np.float64)
+    mse = np.asarray(jnp.mean((out - noise) ** 2, axis=(1, 2, 3)), np.float64)
+    np.testing.assert_allclose(kl - kl_perfect, w[list(TS)] * mse / math.log(2), rtol=2e-3)
+    # by hand at t = 500: beta^2 / (2 beta (1 - beta) (1 - alpha_bar)) with fixed_large's sigma^2 = beta
+    if variance == "fixed_large":
+        beta = 1e-4 + (0.02 - 1e-4) * 500 / (T - 1)
+        assert w[500] == pytest.approx(beta / (2 * (1 - beta) * (1 - alpha_bar_by_hand("linear", 500))), rel=1e-9)
+    c = config(**{"weighting.name": "likelihood", "diffusion.variance": variance})
+    table = weights_of(c)
+    np.testing.assert_allclose(table, w / w.mean(), rtol=1e-6)
+    x0_table = weights_of(
+        config(**{"weighting.name": "likelihood", "diffusion.variance": variance, "diffusion.target": "x0"})
+    )
+    x0_weight = w * process.snr_np()
+    np.testing.assert_allclose(x0_table, x0_weight / x0_weight.mean(), rtol=1e-5)
+
+
+def test_beta_search_moves_theta_by_the_abba_rounds_by_hand():
+    """Window ends every step (window=1); a rows function whose every row is the parameters' value v makes the probe's
+    bound B = v T (the strata's cells sum to T). After step 0 (the first window's end: probe captured, no reduction)
+    four windows with reductions r = (3, 1, 1, 2) end an even round: ABBA gives r_+ = 3 + 2, r_- = 1 + 1, g = 3/7,
+    theta += step g delta; the next round's order is BAAB, so (1, 3, 3, 1) gives r_+ = 6, r_- = 2, g = 1/2 again in
+    the direction of the + windows. Between, the windows' parameters are theta + sigma s_j delta."""
+    c = config(
+        **{"sampler.name": "beta_search", "sampler.beta_search.window": 1, "sampler.beta_search.probe_images": 4}
+    )
+    sampler = make_sampler(c.sampler, DDPM(make_schedule("linear", T)), 16)
+    x0 = jnp.asarray(np.random.default_rng(0).uniform(-1, 1, (16, 4, 4, 1)), jnp.float32)
+    rows_fn = lambda params, x, t, noise, **kw: jnp.full((x.shape[0],), params, jnp.float32)
+    state = sampler.init(jax.random.PRNGKey(0), x0)
+
+    def end_window(state, bound, step):
+        t, w, aux = sampler.sample(state, jax.random.PRNGKey(step), x0)
+        np.testing.assert_array_equal(np.asarray(w), 1.0)
+        fields = dict(NOTHING, step=jnp.int32(step), key=jax.random.PRNGKey(50 + step), x0=x0, aux=aux)
+        fields.update(params_after=jnp.float32(bound / T), rows_fn=rows_fn)
+        ctx = StepContext(**fields, t=t, losses=jnp.zeros(16), is_periodic=True)
+        return sampler.update(state, ctx)
+
+    bounds = [10.0, 7.0, 6.0, 5.0, 3.0, 2.0, -1.0, -4.0, -5.0]  # reductions 3, 1, 1, 2, then 1, 3, 3, 1
+    sigma, step = c.sampler.beta_search.sigma, c.sampler.beta_search.step
+    theta, delta = np.zeros(2), None
+    for k, bound in enumerate(bounds):
+        if k >= 1:  # the window that ends at step k trained under theta + sigma s delta
+            a, b = (float(v) for v in sampler.params_now(state))
+            s = [1, -1, -1, 1, -1, 1, 1, -1][k - 1]
+            np.testing.assert_allclose([a, b], np.exp(theta + sigma * s * delta), rtol=1e-6)
+        state, metrics = end_window(state, bound, k)
+        assert float(metrics["probe_bound"]) == pytest.approx(bound, rel=1e-6)
+        if k in (4, 8):
+            g = 3 / 7 if k == 4 else 0.5
+            assert float(metrics["grad"]) == pytest.approx(g, rel=1e-6)
+            theta = theta + step * g * delta
+            a_b = np.log([float(metrics["a"]), float(metrics["b"])])
+            np.testing.assert_allclose(a_b, theta, rtol=1e-5, atol=1e-6)
+        delta = np.asarray(state["delta"], np.float64)
+    np.testing.assert_array_equal(np.abs(delta), 1.0)
+    assert int(state["windows"]) == len(bounds)

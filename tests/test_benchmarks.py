@@ -433,3 +433,73 @@ def test_compilation_cache_settings_reach_a_child_jax_process(tmp_path):
         assert r.returncode == 0 and r.stdout.strip() == "9.0", r.stderr[-2000:]
         written = list(where.rglob("*")) if where.exists() else []
         assert bool(written) == (cache != "off"), (cache, written)
+
+
+def test_runs_measured_with_different_feature_networks_or_data_are_not_paired(monkeypatch, capsys):
+    """A pair whose FID feature networks differ is left out of the FID and KID comparison (its bits/dim still pair),
+    one whose data differ out of every comparison; each with one line naming the seeds; --allow_mixed keeps them."""
+    from benchmarks import samplers
+
+    monkeypatch.setattr(samplers, "MIXED", {})
+    fp = lambda data="d1", net="n1", probe=0.05: dict(data=data, features=net, probe=probe)
+    run = lambda bpd, fid, seed, **kw: dict(final_bpd=bpd, fid_final=fid, kid_final=fid / 10, seed=seed, fp=fp(**kw))
+    results = dict(
+        uniform=[run(5.0, 1.0, 0), run(5.0, 1.0, 1), run(5.0, 1.0, 2)],
+        adaptive=[run(4.9, 0.8, 0), run(4.8, 0.7, 1, net="n2"), run(4.7, 0.6, 2, data="d2")],
+    )
+    np.testing.assert_allclose(samplers.differences(results, "adaptive", "final_bpd"), [-0.1, -0.2])
+    np.testing.assert_allclose(samplers.differences(results, "adaptive", "fid_final"), [-0.2])
+    said = capsys.readouterr().err.splitlines()
+    assert said == [
+        "adaptive seed 2 and uniform seed 2: bits/dim not paired: data d2 against d1",
+        "adaptive seed 1 and uniform seed 1: FID and KID not paired: features n2 against n1",
+        "adaptive seed 2 and uniform seed 2: FID and KID not paired: data d2 against d1",
+    ]
+    note = "\n".join(samplers.fingerprint_note(results))
+    assert "- data: d1; d2." in note and "- FID feature network: n1; n2." in note
+    assert "- adaptive seed 1 and uniform seed 1: FID and KID not paired: features n2 against n1." in note
+    monkeypatch.setattr(samplers, "ALLOW_MIXED", True)
+    np.testing.assert_allclose(samplers.differences(results, "adaptive", "fid_final"), [-0.2, -0.3, -0.4])
+    assert "paired anyway (--allow_mixed)" in capsys.readouterr().err
+
+
+def test_records_without_fingerprints_pair_unless_their_test_split_fids_tell_two_networks_apart(monkeypatch):
+    """Records that predate fingerprints: a pair is kept (the note says they were not fingerprinted) unless the test
+    split's own FID, a function of the feature network, differs beyond FID_PROBE_RTOL (0.05467 against 0.05748:
+    two MNIST classifiers of benchmarks/records/latent_edm37); a hash on one side alone decides nothing."""
+    from benchmarks import samplers
+
+    monkeypatch.setattr(samplers, "MIXED", {})
+    old = lambda probe: dict(data=None, features=None, probe=probe)
+    a, b = dict(fp=old(0.054665714834882806)), dict(fp=old(0.05747765424183626))
+    assert samplers.unlike(a, dict(fp=old(0.054665714834882806 * (1 + 1e-6))), "fid_final") is None
+    assert samplers.unlike(a, b, "final_bpd") is None  # the bound does not use the feature network
+    assert samplers.unlike(a, b, "kid_final") == (
+        "feature network: the test split's FID is 0.05467 against 0.05748 (not fingerprinted)"
+    )
+    new = dict(fp=dict(data="d1", features="n1", probe=0.05747765424183626))
+    assert samplers.unlike(a, new, "fid_final") is not None and samplers.unlike(a, new, "final_bpd") is None
+    assert samplers.unlike(dict(final_bpd=1.0), dict(final_bpd=2.0), "final_bpd") is None  # hand-made results
+    note = samplers.fingerprint_note({"uniform": [a], "adaptive": [new]})
+    assert "- data: d1; 1 of 2 runs predate fingerprints (not fingerprinted)." in note
+
+
+def test_what_a_record_was_measured_with_is_read_from_its_files(tmp_path):
+    """measured_with: the data hashes from fingerprints.json (else the eval JSON's), the feature network and
+    reference from the eval JSON, the test split's FID as the probe; a split that could not be hashed, or a record
+    without fingerprints, gives None (not fingerprinted) rather than a value that would refuse every pair."""
+    import json
+
+    from benchmarks.samplers import measured_with
+
+    ev = dict(
+        fid=dict(fid=1.0, protocol=dict(fingerprint=dict(network="n1", reference="r1")), test_split=dict(fid=0.3)),
+        fingerprints=dict(data=dict(train="e1", test="e2")),
+    )
+    assert measured_with(str(tmp_path), ev) == dict(data="test e2/train e1", features="n1 (reference r1)", probe=0.3)
+    (tmp_path / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="t1", test="t2"))))
+    assert measured_with(str(tmp_path), ev)["data"] == "test t2/train t1"
+    (tmp_path / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="unknown", test="unknown"))))
+    assert measured_with(str(tmp_path), ev)["data"] is None
+    old = dict(fid=dict(fid=1.0, protocol=dict(features="digits classifier"), test_split=dict(fid=0.31973)))
+    assert measured_with(str(tmp_path / "none"), old) == dict(data=None, features=None, probe=0.31973)

@@ -1,4 +1,4 @@
-"""Class labels, label dropout, classifier-free guidance and the conditional bound (issue 14, part 2)."""
+"""Class labels, label dropout, classifier-free guidance and the conditional bound."""
 
 import chex
 import jax
@@ -122,7 +122,7 @@ def test_the_conditional_bound_gives_each_image_its_own_label(tiny):
     assert np.all(np.abs(other - mixed) > 0)  # every image's label enters its bound
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_conditional_training_agrees_across_device_counts(tiny):
     """A class-conditional run with label dropout, learned variances and the learned sampler's update: 8 devices
     and 1 give the same state."""

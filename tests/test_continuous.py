@@ -415,7 +415,7 @@ def test_a_new_samplers_needs_are_checked_by_what_it_declares():
             SAMPLERS.unregister(cls.name)
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_flow_resume_with_the_learned_sampler_is_exact(tmp_path):
     """6 steps in one go equal 3, a real orbax checkpoint and 3 more, the policy's state included."""
 

@@ -307,7 +307,7 @@ def edm_config(arg="", **overrides):
     return override(get_config(arg), {**tiny, "sample.method": "heun", "sample.steps": 3, **overrides})
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_three_steps_with_the_learned_sampler_then_its_likelihood_and_samples():
     from evaluation.evaluate import bound_bpd
     from evaluation.generate import sampling_fn
@@ -346,7 +346,7 @@ def test_two_steps_with_the_histogram_samplers_and_edm2s_weighting(variant):
         assert not np.array_equal(before["weighting"]["w"], jax.device_get(state.params["weighting"]["w"]))
 
 
-@pytest.mark.slow  # over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # over 20 s: CI's second job
 def test_edm_resume_with_the_learned_sampler_is_exact(tmp_path):
     _, full, resumed = full_and_resumed(edm_config(), tmp_path)
     chex.assert_trees_all_equal(full, resumed)

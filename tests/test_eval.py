@@ -9,7 +9,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import lock_holder, main_cmd, restore_checkpoint, run_main, tiny_config, tiny_flags
+from conftest import ROOT, lock_holder, main_cmd, restore_checkpoint, run_main, tiny_config, tiny_flags
 
 FID = {
     "eval.fid.num_samples": 24,
@@ -57,7 +57,24 @@ def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finishe
     # a barely trained network: the bound is finite and far above a trained model's (about 6 bits/dim here)
     assert 6.0 < nll["value"] < 100.0 and nll["stderr"] > 0
     assert rec["samples"]["protocol"] == {"num": 4, "method": "ddim", "steps": 5, "parameters": "EMA"}
-    assert os.path.exists(rec["samples"]["path"])
+    assert os.path.exists(wd / rec["samples"]["path"])
+    # what it was measured with, as content hashes; no path of this machine (a path means nothing on the next one)
+    text = (wd / "eval" / "step_0000004.json").read_text()
+    assert str(tmp_path) not in text and os.path.expanduser("~") + "/" not in text and rec["workdir"] == "run"
+    from core import fingerprint
+    from data import digits_arrays
+    from evaluation import classifier
+
+    (train, train_labels), (test, test_labels) = digits_arrays()
+    digits = {"train": fingerprint.of_arrays(train, train_labels), "test": fingerprint.of_arrays(test, test_labels)}
+    env = rec["fingerprints"]
+    assert env["data"] == digits and env["versions"]["jax"] == jax.__version__
+    assert env["processor"] == fingerprint.processor() and env["code"] == fingerprint.code_revision(ROOT)
+    network = classifier.NETWORKS["digits"]
+    assert rec["fid"]["feature_network"] == rec["fid"]["test_split"]["feature_network"] == network
+    assert rec["fid"]["protocol"]["fingerprint"]["network"] == network
+    assert rec["fid"]["protocol"]["fingerprint"]["reference"] == digits["train"]
+    assert rec["fid"]["protocol"]["weights"] == "committed: evaluation/weights/digits_classifier.npz"
     fid = rec["fid"]
     p = fid["protocol"]
     assert (p["samples"], p["method"], p["steps"], p["parameters"]) == (24, "ddim", 3, "EMA")
@@ -148,7 +165,7 @@ def test_eval_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path):
     assert not (tmp_path / "empty").exists()
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_path):
     from data import load_split
     from evaluation.evaluate import PeriodicEval, bound_bpd
@@ -167,6 +184,11 @@ def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_pat
     assert len(train_s) == 2 and 0 < train_s[0] < train_s[1]
     protocol = json.load(open(wd / "eval" / "periodic_protocol.json"))
     assert "16 test images" in protocol["nll"] and "16 samples (ddim, 3 steps)" in protocol["fid"]
+    from evaluation.classifier import NETWORKS
+
+    measured = json.load(open(wd / "fingerprints.json"))
+    assert measured["periodic_features"]["space"] == "digits_classifier"
+    assert measured["periodic_features"]["network"] == NETWORKS["digits"]
     # the step-4 numbers again, here, from the checkpoint's EMA parameters with the documented fixed keys
     c = tiny_config(**PERIODIC)
     setup = build(c)
@@ -193,3 +215,5 @@ def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_pat
     again = next(row for row in rows if row["step"] == 4 and "periodic/bpd_T6" in row)
     assert again["periodic/bpd_T6"] == per[1]["periodic/bpd_T6"] and again["train_seconds"] == train_s[1]
     assert [row["train_seconds"] > train_s[1] for row in rows if row["step"] == 6] == [True, True]
+    attempts = json.load(open(wd / "fingerprints.json"))["attempts"]
+    assert [a["from_step"] for a in attempts] == [0, 4]  # each attempt says what it ran on

@@ -56,7 +56,7 @@ DAMAGE = {
 }
 
 
-@pytest.mark.slow  # three runs from the fixture's checkpoints, 20 s each: CI's second job (issue 37)
+@pytest.mark.slow  # three runs from the fixture's checkpoints, 20 s each: CI's second job
 @pytest.mark.parametrize("damage", list(DAMAGE))
 def test_a_damaged_newest_checkpoint_is_named_kept_and_the_one_below_resumes(two_checkpoints, tmp_path, damage):
     wd = str(tmp_path / "wd")
@@ -77,7 +77,7 @@ def test_a_damaged_newest_checkpoint_is_named_kept_and_the_one_below_resumes(two
     assert records == [2, 4, 6]  # the records of the lost attempt past step 2 were replaced, not duplicated
 
 
-@pytest.mark.slow  # over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # over 20 s: CI's second job
 def test_missing_checkpoint_metadata_is_not_damage(two_checkpoints, tmp_path):
     """_CHECKPOINT_METADATA (orbax's record of when a step was written) gone: the arrays read, the run resumes from
     that checkpoint."""
@@ -121,7 +121,7 @@ def small_disk(tmp_path):
             subprocess.run(["umount", "-l", folder], check=False)
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_a_disk_that_fills_during_a_checkpoint_write_is_one_line_and_the_next_run_resumes(two_checkpoints, tmp_path):
     with small_disk(tmp_path) as (disk, fill, empty):
         wd = os.path.join(disk, "wd")
@@ -145,7 +145,7 @@ def test_a_disk_that_fills_during_a_checkpoint_write_is_one_line_and_the_next_ru
         assert steps_in(wd)[-1] == 6 and not [d for d in os.listdir(os.path.join(wd, "checkpoints")) if "tmp" in d]
 
 
-@pytest.mark.slow  # the fixture's one user outside the slow job, which pays its 30 s run: CI's second job (issue 37)
+@pytest.mark.slow  # the fixture's one user outside the slow job, which pays its 30 s run: CI's second job
 def test_a_workdir_with_checkpoints_but_no_run_config_is_refused(two_checkpoints, tmp_path):
     wd = str(tmp_path / "wd")
     shutil.copytree(two_checkpoints, wd)

@@ -1,6 +1,5 @@
 """FID and KID against direct NumPy/SciPy computations and closed forms; the digits classifier's feature space."""
 
-import jax
 import numpy as np
 import pytest
 import scipy.linalg
@@ -82,18 +81,21 @@ def test_kid_is_unbiased_for_equal_distributions():
     assert abs(np.mean(vals)) < 4 * np.std(vals) / np.sqrt(len(vals))
 
 
-def test_digits_classifier_is_deterministic_cached_and_separates_noise(tmp_path):
+def test_the_committed_digits_classifier_has_its_hash_and_separates_noise():
+    """The committed classifiers load (no training) with the content hashes that name their feature spaces, their
+    recipes the current ones; the digits classifier's features put the test split far closer to the reference than
+    noise."""
+    import json
+
     from data import digits_arrays
     from evaluation import classifier
 
-    params, acc, scale = classifier.load_or_train(str(tmp_path))  # trains and caches
-    assert classifier.cache_path(str(tmp_path)).startswith(str(tmp_path))
-    again, acc2, scale2 = classifier.train_classifier()  # from scratch: the same bits
-    for x, y in zip(jax.tree.leaves(params), jax.tree.leaves(again)):
-        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
-    assert (acc, scale) == (acc2, scale2) and acc > 0.95
-    cached = classifier.load_or_train(str(tmp_path))
-    assert cached[1:] == (acc, scale)
+    params, acc, scale, origin = classifier.load_or_train("", "digits")
+    assert origin == "committed: evaluation/weights/digits_classifier.npz"
+    assert classifier.network_fingerprint(params, scale) == classifier.NETWORKS["digits"] and acc > 0.95
+    for dataset in ("digits", "mnist"):
+        with np.load(classifier.committed_path(dataset)) as z:
+            assert json.loads(str(z["recipe"])) == json.loads(json.dumps(classifier.RECIPES[dataset]))
     features = classifier.make_feature_fn(params, scale)
     (train, _), (test, _) = digits_arrays()
     ft = features(train)
@@ -103,3 +105,53 @@ def test_digits_classifier_is_deterministic_cached_and_separates_noise(tmp_path)
     fid_test = frechet.fid_from_features(features(test), ft)
     fid_noise = frechet.fid_from_features(features(noise), ft)
     assert fid_test < 0.1 * fid_noise
+
+
+def test_a_committed_classifier_whose_contents_changed_is_refused(tmp_path, monkeypatch):
+    import shutil
+
+    from evaluation import classifier
+
+    shutil.copy(classifier.committed_path("digits"), tmp_path / "digits_classifier.npz")
+    monkeypatch.setattr(classifier, "WEIGHTS", str(tmp_path))
+    with np.load(tmp_path / "digits_classifier.npz") as z:
+        stored = {k: z[k] for k in z.files}
+    stored["p0"] = stored["p0"] + np.float32(1e-7)  # one weight's last bits: another network
+    np.savez(tmp_path / "digits_classifier.npz", **stored)
+    with pytest.raises(classifier.DamagedWeights, match=r"holds a network of content hash [0-9a-f]{16}, not the "):
+        classifier.load_or_train(str(tmp_path / "cache"), "digits")
+
+
+TRAIN_AND_HASH = """
+import sys
+sys.path.insert(0, {root!r})
+from evaluation import classifier
+classifier.WEIGHTS = {weights!r}  # nothing committed there: trained, then cached
+params, acc, scale, origin = classifier.load_or_train({cache!r}, "digits")
+print(origin.split()[0], classifier.network_fingerprint(params, scale))
+"""
+
+
+@pytest.mark.slow  # two trainings of the digits classifier in two processes, about 30 s each
+def test_the_classifier_trained_twice_in_two_processes_has_one_hash(tmp_path):
+    """Training is deterministic within a setting (the XLA flags these tests run with): two processes that train
+    the digits classifier from scratch get the same network, and the one cached by the first is read back."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+    from evaluation import classifier
+
+    hashes = []
+    for i in range(2):
+        code = TRAIN_AND_HASH.format(root=ROOT, weights=str(tmp_path / "none"), cache=str(tmp_path / f"cache{i}"))
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        origin, digest = r.stdout.split()
+        assert origin == "trained"
+        hashes.append(digest)
+    assert hashes[0] == hashes[1]
+    cached = classifier.cache_path(str(tmp_path / "cache0"), "digits")
+    assert cached.startswith(str(tmp_path))
+    found = classifier._read(cached, "digits")
+    assert classifier.network_fingerprint(found[0], found[2]) == hashes[0]

@@ -61,7 +61,7 @@ def test_torch_file_reader(fmt):
             np.testing.assert_array_equal(sd[k], z[k], err_msg=k)
 
 
-@pytest.mark.slow  # over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # over 20 s: CI's second job
 def test_reference_statistics_and_the_inception_feature_space(tmp_path, reference):
     """evaluation.reference's statistics, then the feature space of config.eval.fid.features=inception, on the
     stand-in weights (as an .npz of pytorch-fid's names): the numbers equal the Inception features computed here."""
@@ -90,7 +90,12 @@ def test_reference_statistics_and_the_inception_feature_space(tmp_path, referenc
         }
     )
     space = make_feature_space(c)
-    assert space.name == "inception_v3_pool3" and "weights" in space.protocol
+    assert space.name == "inception_v3_pool3" and space.protocol["weights"] == "stand_in.npz"  # a name, not a path
+    from core import fingerprint
+
+    assert space.fingerprint["network"] == fingerprint.of_file(str(weights))  # its bytes, wherever the file lies
+    with np.load(stats) as z:
+        assert space.fingerprint["reference"] == fingerprint.of_arrays(z["mu"], z["sigma"], z["features"])
     features = space.features  # the Flax Inception on the weights file (checked against pytorch-fid above)
     (train, _), (test, _) = digits_arrays()
     with np.load(stats) as z:

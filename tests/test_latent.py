@@ -1,10 +1,11 @@
-"""Latent diffusion end to end on the embedded MNIST (issue 14, parts 4 and 5): the project's own KL autoencoder
+"""Latent diffusion end to end on the embedded MNIST: the project's own KL autoencoder
 (trained with a cheap recipe here), `data.encode_latents` (flipped copies, resume, refusal of another encoding),
 a tiny class-conditional DiT with the learned sampler trained on the latents through main.run, exact resume,
 samples decoded to pixels, and the bound labelled as latent."""
 
 import json
 import os
+import shutil
 
 import chex
 import jax
@@ -44,7 +45,7 @@ def encoded(tmp_path_factory):
     return root, ae_dir, out, meta
 
 
-@pytest.mark.slow  # with the 30 s encoding fixture, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # with the 30 s encoding fixture, over 20 s: CI's second job
 def test_the_embedded_autoencoder_round_trips_through_the_diffusers_format(encoded):
     _, ae_dir, _, _ = encoded
     with open(os.path.join(ae_dir, "config.json")) as f:
@@ -64,7 +65,7 @@ def test_the_embedded_autoencoder_round_trips_through_the_diffusers_format(encod
     assert rec.shape == x.shape and float(jnp.max(jnp.abs(rec))) <= 1.0
 
 
-@pytest.mark.slow  # with the 30 s encoding fixture, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # with the 30 s encoding fixture, over 20 s: CI's second job
 def test_encoding_writes_latents_and_flipped_copies_and_resumes(encoded, tmp_path):
     root, ae_dir, out, meta = encoded
     assert meta["latent_shape"] == [7, 7, 4] and meta["num_classes"] == 10 and meta["flipped"]
@@ -77,6 +78,21 @@ def test_encoding_writes_latents_and_flipped_copies_and_resumes(encoded, tmp_pat
     np.testing.assert_allclose(z[:16], np.asarray(ae.encode(x)), atol=1e-5)
     np.testing.assert_allclose(zf[:16], np.asarray(ae.encode(x[:, :, ::-1])), atol=1e-5)
     np.testing.assert_array_equal(np.load(os.path.join(out, "train_labels.npy")), ytr)
+    # each split's content hash, written when it completes, is what a run reading the latents records; latents
+    # encoded before meta.json held it are hashed where they lie, to the same value
+    from core import fingerprint
+    from data.latents import LatentSource
+
+    labels = np.load(os.path.join(out, "train_labels.npy"))
+    assert meta["splits"]["train"]["fingerprint"] == fingerprint.of_arrays(z, zf, labels)
+    old = str(tmp_path / "old")
+    shutil.copytree(out, old)
+    with open(os.path.join(old, "meta.json")) as f:
+        m = json.load(f)
+    del m["splits"]["train"]["fingerprint"]
+    with open(os.path.join(old, "meta.json"), "w") as f:
+        json.dump(m, f)
+    assert LatentSource(old, "train").fingerprint() == meta["splits"]["train"]["fingerprint"]
 
     # an interrupted encoding resumes where meta.json says it stopped
     part = str(tmp_path / "partial")
@@ -132,7 +148,7 @@ def latent_config(out, ae_dir, steps):
     )
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_a_latent_transformer_trains_resumes_exactly_samples_and_decodes(encoded, tmp_path):
     from evaluation.evaluate import restore_latest
     from main import run

@@ -141,7 +141,7 @@ def test_unwritable_workdir(tmp_path):
         check_workdir(str(blocker / "sub"))
 
 
-@pytest.mark.slow  # a main.py child compiling two programs, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # a main.py child compiling two programs, over 20 s: CI's second job
 def test_compile_mode_reports_memory_and_flops_without_training(tmp_path):
     import subprocess
 

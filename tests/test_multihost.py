@@ -42,7 +42,7 @@ def start_two_processes(wd, flags):
     ]
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path, finished_run):
     import jax
 
@@ -73,7 +73,7 @@ def test_two_processes_of_four_devices_equal_one_process_of_eight(tmp_path, fini
     assert int(two["step"]) == 4
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_a_signal_to_one_process_stops_both_at_the_same_step_with_a_checkpoint(tmp_path):
     """SIGTERM reaches process 1 only: both processes agree at the next multiple of train.stop_check_every (no
     collective on the steps between), stop there, and write that step's checkpoint; the same command resumes."""

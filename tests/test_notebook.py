@@ -10,7 +10,7 @@ from nbclient import NotebookClient
 from conftest import ROOT, TINY
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_quickstart_notebook_runs_end_to_end(tmp_path, monkeypatch):
     wd = tmp_path / "nb"
     monkeypatch.setenv("QUICKSTART_STEPS", "4")

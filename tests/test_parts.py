@@ -78,7 +78,7 @@ def toy_config(**overrides):
     )
 
 
-@pytest.mark.slow  # over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # over 20 s: CI's second job
 def test_a_sampler_defined_in_a_test_trains_resumes_and_is_checked(toy, tmp_path):
     from configs.default import get_config
 

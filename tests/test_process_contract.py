@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from config.fields import Choice, Int, override
-from config.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE, LIKELIHOOD, SAMPLING
+from config.registry import CONTINUOUS, FIXED_SCHEDULE, GAUSSIAN, INVERTIBLE, LIKELIHOOD, SAMPLING
 from conftest import ROOT, TINY, full_and_resumed
 from diffusion import PROCESSES, make_process
-from diffusion.base import Process, Sampling
+from diffusion.base import Gaussian, Process, Sampling
 from diffusion.continuous import ContinuousProcess, ODELikelihood
 from diffusion.likelihood import standard_normal_logp
 from diffusion.time import ContinuousTime, DiscreteTime, TimeDomain
@@ -51,8 +51,9 @@ class CosinePath(ContinuousProcess, ODELikelihood):
         return jnp.arcsin(jnp.clip(n, 0.0, 1.0)) / (0.5 * jnp.pi)
 
 
-class BareCosine(Process):
-    """The same path on the bare contract, eps target: what docs/extending.md shows whole."""
+class BareCosine(Process, Gaussian):
+    """The same path on the bare contract (and the Gaussian path's members), eps target: what docs/extending.md
+    shows whole."""
 
     name = "toy_bare"
     time_domain = ContinuousTime
@@ -114,7 +115,7 @@ def toy_config(**overrides):
     return override(c, {**tiny, **methods, "sample.steps": 3, "sample.num": 4, **overrides})
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_a_process_defined_in_a_test_trains_resumes_and_evaluates(toy, tmp_path):
     from config.validate import validate
     from evaluation.evaluate import bound_bpd
@@ -127,6 +128,7 @@ def test_a_process_defined_in_a_test_trains_resumes_and_evaluates(toy, tmp_path)
     assert isinstance(p, Process) and isinstance(p.time, ContinuousTime) and p.time.size == 1000
     assert p.exact_likelihood and type(p).offers(c.diffusion) == {
         CONTINUOUS,
+        GAUSSIAN,
         INVERTIBLE,
         FIXED_SCHEDULE,
         SAMPLING,
@@ -164,7 +166,7 @@ def test_the_bare_contract_trains_and_says_what_it_cannot_do(tmp_path, capsys):
         c = default_config(data="digits", model="unet", diffusion="toy_bare", sampler="uniform")
         c = override(c, {**TINY, "train.num_steps": 2})
         validate(c)  # sample.method is not read: the process does not sample
-        assert BareCosine.offers(c.diffusion) == {CONTINUOUS, FIXED_SCHEDULE}  # no inverses, no mixins
+        assert BareCosine.offers(c.diffusion) == {CONTINUOUS, GAUSSIAN, FIXED_SCHEDULE}  # no inverses, no mixins
         assert main.run(c, str(tmp_path / "run")) == 0
         out = capsys.readouterr().out
         assert "Samples: none (config.diffusion.name='toy_bare' does not sample)" in out
@@ -189,7 +191,7 @@ def test_the_bare_contract_trains_and_says_what_it_cannot_do(tmp_path, capsys):
 
 
 def test_a_process_missing_a_member_of_the_contract_is_refused_in_one_line():
-    class Half(Process):
+    class Half(Process, Gaussian):
         name = "half"
         time_domain = ContinuousTime
 

@@ -1,4 +1,4 @@
-"""The configs of the published runs (issue 14, part 6): each builds, has the published model's exact parameter
+"""The configs of the published runs: each builds, has the published model's exact parameter
 count (from shapes alone), its train step traces and lowers for 8 devices with their shardings, and (marked slow: CI's
 second job, `pytest -m slow`) compiles with XLA's memory and FLOP report; nothing is trained and no data is read (a
 latents folder with only its meta.json stands in for the encoded dataset). Lowering the five published steps takes

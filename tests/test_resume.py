@@ -24,7 +24,7 @@ WEIGHTING_OF = {
 }
 
 
-# over 20 s (the two programs of the first two) or near it (the last two): CI's second job (issue 37)
+# over 20 s (the two programs of the first two) or near it (the last two): CI's second job
 SLOW = ("grad_variance", "adaptive", "infonoise", "loss_second_moment")
 
 
@@ -52,7 +52,7 @@ def test_resume_equals_uninterrupted_for_every_sampler(tiny, tmp_path, sampler):
         assert not all(np.array_equal(a, b) for a, b in zip(jax.tree.leaves(init), jax.tree.leaves(full.sampler_state)))
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_a_run_loading_with_worker_processes_resumes_mid_epoch_exactly(tiny, tmp_path):
     """Steps 0-2, an orbax checkpoint restored into a fresh state, then steps 3-5 from a new iterator, with the batches
     read and flipped in two Grain worker processes: the final state equals that of six steps in one go loading
@@ -63,7 +63,7 @@ def test_a_run_loading_with_worker_processes_resumes_mid_epoch_exactly(tiny, tmp
     chex.assert_trees_all_equal(full, resumed)
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_a_checkpoint_of_the_learned_samplers_dict_state_resumes(tmp_path):
     """tests/fixtures/legacy_adaptive: a 2-step run's workdir written at commit e8186ea, when the learned sampler's
     state was a dict with keys S, X, y, count (make_legacy_adaptive_checkpoint.py). Today's code restores it into
@@ -74,7 +74,7 @@ def test_a_checkpoint_of_the_learned_samplers_dict_state_resumes(tmp_path):
     from fixtures.make_legacy_adaptive_checkpoint import OVERRIDES
 
     from conftest import restore_checkpoint
-    from samplers.adaptive import PolicyState
+    from samplers.policy_state import PolicyState
     from training import checkpoint as ckpt
     from training.setup import build
 

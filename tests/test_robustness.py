@@ -51,7 +51,7 @@ def assert_states_equal(a, b):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_sigterm_kill_9_and_sigint_never_cost_the_run_and_resume_exactly(tmp_path):
     """SIGTERM stops a run with a checkpoint; the same command resumes it and is killed with -9 while writing a
     checkpoint; the same command resumes from the last complete one and SIGINT stops it at N; its checkpoint N
@@ -117,7 +117,7 @@ def test_sigterm_kill_9_and_sigint_never_cost_the_run_and_resume_exactly(tmp_pat
     assert_states_equal(a, b)  # model, optimizer, EMA, the learned sampler's policy, buffer and S, RNG
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_divergence_stops_keeps_the_last_good_checkpoint_and_resumes_with_a_lower_lr(tmp_path):
     wd = str(tmp_path / "diverged")
     over = {"train.ckpt_every": 1, "train.log_every": 1, "sampler.name": "uniform"}

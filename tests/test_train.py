@@ -31,7 +31,7 @@ def run_steps(c, n, step_fn=None, history=None):
     return state, metrics
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_eight_devices_agree_with_one_and_the_step_traces_once(tiny):
     def counted(setup):  # the 8-device step, jitted as train.py does, raising on a second trace
         return setup.jit_step(chex.assert_max_traces(setup.train_step, n=1))
@@ -81,7 +81,7 @@ def test_every_sampler_gives_each_device_shard_different_timesteps(tiny, name):
     np.testing.assert_allclose(np.asarray(w), 1.0, rtol=1e-6)  # importance weights start at 1 (uniform)
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_non_finite_policy_stops_naming_the_step_and_keeps_the_last_good_checkpoint(tiny, tmp_path):
     # an absurd policy learning rate: the first policy update (step 0) leaves finite but huge weights, whose
     # outputs at step 1 are not finite
@@ -93,7 +93,7 @@ def test_non_finite_policy_stops_naming_the_step_and_keeps_the_last_good_checkpo
     assert sorted(os.listdir(tmp_path / "checkpoints")) == ["1"]
 
 
-@pytest.mark.slow  # end to end, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_sharded_parameters_give_the_same_results_and_checkpoint(tiny, tmp_path):
     c_rep = tiny(**{"sampler.name": "uniform", "mesh.data": 8})
     c_fsdp = tiny(**{"sampler.name": "uniform", "mesh.data": 8, "mesh.shard_params": True})
@@ -113,7 +113,7 @@ def test_sharded_parameters_give_the_same_results_and_checkpoint(tiny, tmp_path)
     mngr.close()
 
 
-@pytest.mark.slow  # two 3-step runs, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # two 3-step runs, over 20 s: CI's second job
 def test_bfloat16_compute_is_finite_and_close_and_the_bound_stays_float32(tiny):
     import jax.numpy as jnp
 
@@ -140,7 +140,7 @@ def test_bfloat16_compute_is_finite_and_close_and_the_bound_stays_float32(tiny):
     np.testing.assert_array_equal(np.asarray(terms[0]), np.asarray(terms[1]))
 
 
-@pytest.mark.slow  # an 8-device compile, over 20 s: CI's second job (issue 37)
+@pytest.mark.slow  # an 8-device compile, over 20 s: CI's second job
 def test_compiled_step_shards_the_sweep_and_has_no_host_round_trips(tiny):
     """The 8-device adaptive step (a 200-timestep sweep, no chunking): every forward convolution runs on at most
     ceil(200 / 8) = 25 rows per device (the whole grid on every device before), and the step has no host callback,

@@ -218,7 +218,7 @@ def _from_orbax(e: BaseException) -> bool:
 def _ignore_closed_loop_errors():
     """Route RuntimeError('Event loop is closed'), raised in threads and callbacks, and orbax's own errors that
     nobody retrieves (a coroutine or task of a failed read collected later: 'Exception ignored in: <coroutine ...>'
-    with its traceback) nowhere, others as before; returns the function that puts the hooks back."""
+    with its traceback) nowhere, others to the hooks that were there; returns the function that puts those back."""
     import sys
     import threading
 
@@ -323,7 +323,7 @@ def restore(mngr, step: int, abstract_state, workdir: str):
 
 def _legacy_target(meta, abstract_state):
     """The restore target for a checkpoint whose sampler state has an older layout, or None: a sampler state class
-    with to_legacy / from_legacy / is_legacy (samplers/adaptive.py PolicyState, once a dict of short keys) is
+    with to_legacy / from_legacy / is_legacy (samplers/policy_state.py PolicyState, once a dict of short keys) is
     restored as that dict and converted."""
     sampler_state = getattr(abstract_state, "sampler_state", None)
     if not hasattr(sampler_state, "to_legacy"):

@@ -10,6 +10,18 @@ POLICY_DENSITY = "sampler/policy_density"
 HISTOGRAMS = {"t_hist": "timesteps/drawn", POLICY_DENSITY: "timesteps/policy_density"}
 
 
+def save_samples(data_cfg, samples, stem: str) -> str:
+    """Samples at path stem + an extension: text where the dataset writes its own (data/text.py write_samples), else
+    a PNG grid of images; returns the path."""
+    from data import DATASETS
+
+    write = getattr(DATASETS[data_cfg.name], "write_samples", None)
+    if write is not None:
+        return write(samples, stem)
+    save_grid(samples, stem + ".png")
+    return stem + ".png"
+
+
 def save_grid(images_u8: np.ndarray, path: str):
     """Tile uint8 images [N, H, W, C] into a square-ish PNG grid (upscaled for tiny images)."""
     from PIL import Image
@@ -42,13 +54,60 @@ def read_metrics(path: str):
     return rows
 
 
+def complete_records(data: bytes) -> list:
+    """The records of metrics.jsonl's bytes that were written whole: each line that parses as a JSON object. A last
+    line without its newline counts when it parses (the write was cut just before the newline); any other cut
+    line is left out (a record is one object, so a prefix of one never parses)."""
+    rows = []
+    for line in data.split(b"\n"):
+        try:
+            row = json.loads(line)
+        except ValueError:  # empty, cut short, or not UTF-8
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
 def truncate_metrics(path: str, last_step: int):
-    """Drop records past the step a run resumes from (they belong to a run that died before its checkpoint)."""
-    rows = read_metrics(path)
-    keep = [r for r in rows if r.get("step", 0) <= last_step]
-    if len(keep) != len(rows):
-        with open(path, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in keep)
+    """Make metrics.jsonl what an uninterrupted run to `last_step` would have written: the whole records of steps up
+    to it, one per line. Records past it belong to an attempt that died before its checkpoint; a line cut short (a
+    process killed mid-write, a full disk) is dropped, so that the next record starts on a line of its own (else it
+    is appended onto the cut one and both are lost to every reader). Rewritten atomically, only when it changes."""
+    if not os.path.exists(path):
+        return
+    with open(path, "rb") as f:
+        data = f.read()
+    keep = [r for r in complete_records(data) if r.get("step", 0) <= last_step]
+    text = "".join(json.dumps(r) + "\n" for r in keep).encode()
+    if text != data:
+        tmp = f"{path}.tmp"
+        with open(tmp, "wb") as f:
+            f.write(text)
+        os.replace(tmp, path)  # a kill during the repair leaves the log as it was, not half of it
+
+
+FINGERPRINTS = "fingerprints.json"
+
+
+def record_fingerprints(workdir: str, start_step: int = None, **fields):
+    """Update workdir/fingerprints.json: set `fields` (data: {split: hash}, features: {...}), and with start_step
+    append this attempt's environment (core.fingerprint.environment: code, versions, processor, ...), so that a
+    run resumed on another machine says where each part of it ran. Written atomically."""
+    from core import fingerprint
+
+    path = os.path.join(workdir, FINGERPRINTS)
+    rec = {}
+    if os.path.exists(path):
+        with open(path) as f:
+            rec = json.load(f)
+    rec.update(fields)
+    if start_step is not None:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        rec.setdefault("attempts", []).append(dict(from_step=int(start_step), **fingerprint.environment(root)))
+    with open(f"{path}.tmp", "w") as f:
+        json.dump(rec, f, indent=2)
+    os.replace(f"{path}.tmp", path)
 
 
 def timestep_pictures(metrics_path: str, out_dir: str, num_timesteps: int):

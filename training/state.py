@@ -7,6 +7,8 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from data.base import example_shape
+
 
 @flax.struct.dataclass
 class TrainState:
@@ -53,8 +55,8 @@ def make_optimizer(train_cfg) -> optax.GradientTransformation:
 
 
 def image_shape(data_cfg, batch: int):
-    """[batch, H, W, C] of the dataset config.data describes."""
-    return (batch, data_cfg.image_size, data_cfg.image_size, data_cfg.channels)
+    """[batch, H, W, C] of the dataset config.data describes ([batch, seq_len] for text: data.base.example_shape)."""
+    return (batch, *example_shape(data_cfg))
 
 
 def init_state(model, tx, sampler, key, batch_shape, process=None, weighting=None) -> TrainState:

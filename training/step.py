@@ -9,17 +9,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from diffusion.base import to_float  # noqa: F401 (the pixels' conversion, importable from here)
 from samplers.base import StepContext
 from training import rows
 from training.mesh import DATA, row_constraint
 from training.state import TrainState, ema_decay_at, lr_schedule
-
-
-def to_float(images_u8):
-    """uint8 [0, 255] -> float32 [-1, 1]; float data (pre-encoded latents) passes unchanged."""
-    if jnp.issubdtype(images_u8.dtype, jnp.floating):
-        return images_u8.astype(jnp.float32)
-    return images_u8.astype(jnp.float32) / 127.5 - 1.0
 
 
 def split_batch(batch):
@@ -118,11 +112,11 @@ def make_train_step(setup, periodic=None):
 
     def train_step(state: TrainState, batch):
         data, labels = split_batch(batch)
-        x0 = to_float(data)
+        x0 = process.data_in(data)
         key = jax.random.fold_in(state.rng, state.step)
         k_t, k_noise, k_drop, k_sampler = jax.random.split(key, 4)
         t, w_sampler, aux = sampler.sample(state.sampler_state, k_t, x0)
-        noise = jax.random.normal(k_noise, x0.shape, jnp.float32)
+        noise = process.draw_noise(k_noise, x0)
         # label dropout from its own stream (fold_in), so that unconditional runs keep their random numbers
         y = drop_labels(jax.random.fold_in(key, 0xC1A55), labels, num_classes, label_rate) if num_classes else None
 

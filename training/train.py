@@ -18,7 +18,7 @@ from absl import logging
 
 from config.validate import check_workdir
 from core import progress
-from data import BatchIterator, load_split
+from data import DATASETS, BatchIterator, data_fingerprints, load_split
 from diffusion.base import Sampling
 from evaluation.evaluate import PeriodicEval
 from evaluation.generate import generate
@@ -153,6 +153,12 @@ class Loop:
         clocks."""
         t_eval = time.perf_counter()
         scalars = self._periodic()(state.ema_params)
+        if isinstance(self.setup.process, Sampling) and hasattr(DATASETS[self.c.data.name], "write_samples"):
+            # text: samples at every evaluation are cheap to look at (images get their grid at the end)
+            key = jax.random.fold_in(jax.random.PRNGKey(self.c.seed), 0x5A5A)
+            samples = generate(self.setup, state.ema_params, key, self.c.sample.num)
+            if self.is_main:
+                report.save_samples(self.c.data, samples, os.path.join(self.workdir, "samples", f"step_{done:07d}"))
         scalars["train_seconds"] = self._train_seconds(t_eval)
         self.writer.write(done, scalars)
         self.bar.set_postfix(
@@ -171,13 +177,18 @@ class Loop:
                 os.makedirs(os.path.join(self.workdir, "eval"), exist_ok=True)
                 with open(os.path.join(self.workdir, "eval", "periodic_protocol.json"), "w") as f:
                     json.dump(self.periodic.protocol(), f, indent=2)
+                space = self.periodic.space
+                if space is not None:
+                    report.record_fingerprints(
+                        self.workdir, periodic_features=dict(space=space.name, **space.fingerprint)
+                    )
         return self.periodic
 
     def _catch_up_periodic(self, start, state):
-        """The last attempt stopped (signal, kill) after checkpoint `start` but before its periodic evaluation was
-        logged: log it now."""
+        """The last attempt stopped (signal, kill, a record cut mid-write) after checkpoint `start` but before its
+        periodic evaluation was logged: log it now (the final step's too: a finished run's record that was cut)."""
         every = self.c.eval.periodic.every
-        if not (start and every and start % every == 0 and start < self.c.train.num_steps):
+        if not (start and every and start % every == 0 and start <= self.c.train.num_steps):
             return
         from jax.experimental import multihost_utils
 
@@ -216,13 +227,15 @@ class Loop:
     def run(self):
         c = self.c
         state, start = self._restore_or_init()
+        if self.is_main:  # what this attempt reads and runs on, before its first record
+            report.record_fingerprints(self.workdir, start, data=data_fingerprints(c.data))
         batches = BatchIterator(
             load_split(c.data, "train"),
             c.seed,
             c.train.batch_size,
             self.setup.batch_sharding,
             start_step=start,
-            random_flip=c.data.random_flip,
+            random_flip=c.data.get("random_flip", False),  # text has no flips
             labels=self.setup.conditional,
             workers=c.data.workers,
         )
@@ -234,7 +247,7 @@ class Loop:
         try:
             self._catch_up_periodic(start, state)
             with StopRequest(c.train.stop_check_every) as stop:
-                # a signal during the compile stops the run after its first step, with a checkpoint, as before
+                # a signal during the compile stops the run after its first step, with a checkpoint
                 self._compile(start)
                 wait_for_every_process("compiled")  # the first step's collectives find every process there
                 self.bar = progress.bar(
@@ -282,9 +295,10 @@ class Loop:
         if isinstance(self.setup.process, Sampling):
             key = jax.random.fold_in(jax.random.PRNGKey(self.c.seed), 0x5A5A)
             images = generate(self.setup, state.ema_params, key, self.c.sample.num)
-            path = os.path.join(self.workdir, "samples", f"step_{int(state.step):07d}.png")
+            stem = os.path.join(self.workdir, "samples", f"step_{int(state.step):07d}")
+            path = stem + ".png"
             if self.is_main:
-                report.save_grid(images, path)
+                path = report.save_samples(self.c.data, images, stem)
             lines.append(f"Samples: {path}")
         else:
             lines.append(f"Samples: none (config.diffusion.name={self.c.diffusion.name!r} does not sample)")

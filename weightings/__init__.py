@@ -5,11 +5,14 @@ A weighting is a Weighting subclass with its own config fields and `table(cfg, p
 computed once on the host; in the step the per-example loss is sampler_weight * w(t) * MSE. A weighting with
 parameters of its own (uncertainty: EDM2's learned log-variance) defines `applied(cfg, process)`, an object with the
 same interface whose `loss` reads its parameters from the model's variables and whose `init_params` adds them.
-Adding one: a module registered with `@WEIGHTINGS.register` (docs/extending.md#a-weighting); import it here to ship it.
+Adding one: a module of this package registered with `@WEIGHTINGS.register` (docs/extending.md#a-weighting);
+the package imports it (config.registry.import_parts).
 """
 
-from weightings import min_snr, none, p2, speed, uncertainty
+from config.registry import import_parts
 from weightings.base import WEIGHTINGS, Weighting
+
+import_parts(__name__, __path__)
 
 
 def make_weighting(weighting_cfg, process):
@@ -18,4 +21,4 @@ def make_weighting(weighting_cfg, process):
     return WEIGHTINGS[weighting_cfg.name].applied(WEIGHTINGS.own_config(weighting_cfg), process)
 
 
-__all__ = ["Weighting", "WEIGHTINGS", "make_weighting", "min_snr", "none", "p2", "speed", "uncertainty"]
+__all__ = ["Weighting", "WEIGHTINGS", "make_weighting"]

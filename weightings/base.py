@@ -17,7 +17,7 @@ from typing import Any, Dict
 import jax.numpy as jnp
 import numpy as np
 
-from config.registry import DISCRETE, FIXED_SCHEDULE, NESTED, Need, Registry
+from config.registry import DISCRETE, FIXED_SCHEDULE, GAUSSIAN, NESTED, Need, Registry
 
 WEIGHTINGS = Registry("weighting", NESTED)
 
@@ -32,9 +32,11 @@ class Weighting:
 
     @classmethod
     def needs(cls, cfg) -> list:
-        """What this weighting needs of the process ([config.registry.Need]): the discrete chain unless it has a
-        continuous form, and a fixed schedule (a learned one trains on the ELBO itself, unweighted)."""
-        out = [] if cls.continuous else [Need(DISCRETE)]
+        """What this weighting needs of the process ([config.registry.Need]): a Gaussian path (its coefficients or
+        its tables of steps), the discrete chain unless it has a continuous form, and a fixed schedule (a learned one
+        trains on the ELBO itself, unweighted)."""
+        out = [Need(GAUSSIAN, why="the weighting is a function of the Gaussian path's log SNR", allowed="none")]
+        out += [] if cls.continuous else [Need(DISCRETE)]
         return out + [Need(FIXED_SCHEDULE, why="the loss is the ELBO itself", allowed="none")]
 
     @classmethod

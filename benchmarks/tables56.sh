@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# How much can a choice of time distribution gain? The ceiling of a static weighting (docs/benchmarks.md): a grid of
+# fixed Beta distributions of t / T (samplers/beta.py, no importance weights: each one re-weights the objective), on
+# DDPM and flow matching, 3 pilot seeds, beside uniform and the adaptive noise schedule of the same seeds. The grid's
+# points are the ends the learned policy's walks reached on the pilots of the last tables (Beta(0.5, 2) on flow,
+# Beta(0.34, 3.3) on DDPM seed 2: docs/benchmarks.md#making-the-policy-learn) and their mirror images toward t = T.
+# Uniform and the schedule run again here rather than being copied from benchmarks/records/ddpm36 and flow36: those
+# ran on another machine (XLA's CPU code differs between processors) and DDPM's final bound there is the full bound,
+# here its stratified estimate, as in the confirmation tables.
+# One run at a time on one core, resumable (finished runs are skipped; records in benchmarks/records/{ddpm56,flow56}
+# let a clean clone continue):
+#   taskset -c 1 bash benchmarks/tables56.sh [OUT]      (OUT: workdirs by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+out=${1:-workdirs}
+grid="uniform,beta/a=0.5/b=2.0,beta/a=0.34/b=3.3,adaptive_noise,beta/a=2.0/b=0.5,beta/a=3.3/b=0.34"
+# On the chain also the bound's own weighting (weightings/likelihood.py), the objective the bound is: with uniform t,
+# and unbiased under the two loss-driven proposals (Improved DDPM's recipe is the loss-second-moment one); and two
+# points beyond Beta(0.34, 3.3) toward t = 0, where DDPM seed 0 of the grid above was lowest (4.437 bits/dim against
+# uniform's 4.836 and the schedule's 4.713, 2026-12-07): is the ceiling further on?
+ddpm_arms="$grid,uniform+likelihood,loss_second_moment+likelihood,adaptive_noise+likelihood"
+ddpm_arms+=",beta/a=0.2/b=3.3,beta/a=0.34/b=6.6"
+# A learner of the distribution within one run (samplers/beta_search.py): windows of 50 steps (10 rounds in 2,000
+# steps) and of 100 (5 rounds, less noise per comparison).
+search="beta_search,beta_search/window=100"
+ddpm_arms+=",$search"
+python benchmarks/samplers.py --config=configs/default.py --every=500 --out="$out/bench_ddpm56" \
+  --records=benchmarks/records/ddpm56 --bound_strata=99 --bound_per_stratum=4 --seeds=0,1,2 --runs=$ddpm_arms
+python benchmarks/samplers.py --config=configs/flow.py --every=500 --out="$out/bench_flow56" \
+  --records=benchmarks/records/flow56 --seeds=0,1,2 --runs=$grid,$search

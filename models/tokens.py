@@ -1,0 +1,103 @@
+"""A transformer over tokens (config.model.name = "tokens"): MD4's bidirectional network for masked diffusion
+(google-deepmind/md4 `md4/networks/transformer.py`, `cond_type="adaln"`), in this project's DiT blocks.
+
+    module.apply(params, x [B, L] int tokens (V = [MASK]), t [B], None, train=...) -> logits [B, L, V] float32
+
+V = out_channels (the masked process's vocabulary: diffusion/masked.py out_channels); the input table has V + 1
+rows, the last for [MASK]. A learned position embedding [L, hidden] (N(0, 0.02)); `depth` DiT blocks
+(models/dit.py DiTBlock: pre-LN, multi-head attention, GELU MLP, adaLN-Zero modulation from the time embedding);
+the adaLN final layer to V logits, zero at initialisation (every token starts uniform: log V nats each).
+
+Time conditioning (`time_cond`): "adaln" embeds t (models/dit.py TimestepEmbedder) and modulates every block (MD4's
+adaLN); "none" gives the blocks a zero conditioning vector, so their modulations are learned constants (MD4's
+time_features="none": for masked diffusion the network need not see t, the fraction of [MASK] tokens tells it).
+
+`causal=True` is the autoregressive baseline of the same size: causal attention, the input shifted right by one
+(a begin token, row V of the table, at position 0), and no time; its logits at position l predict token l from
+tokens < l. Trained by diffusion/autoregressive.py.
+
+Sizes: hidden 128, depth 4, heads 4 (0.8M parameters at V = 27) is the default, sized for a run of a few thousand
+steps of batch 32 x 128 characters in about 15 minutes on one CPU core.
+"""
+
+from typing import Any
+
+import flax.linen as nn
+import jax.numpy as jnp
+
+from config.fields import Bool, Choice, FieldError, Int, Num
+from models.base import MODELS
+from models.dit import DiTBlock, FinalLayer, TimestepEmbedder
+
+TIME_CONDS = ("adaln", "none")
+
+
+class TokenTransformer(nn.Module):
+    """x [B, L] int, t [B] -> logits [B, L, out_channels] float32 (module docstring)."""
+
+    out_channels: int
+    max_len: int
+    hidden_size: int = 128
+    depth: int = 4
+    num_heads: int = 4
+    mlp_ratio: float = 4.0
+    time_cond: str = "adaln"
+    causal: bool = False
+    num_classes: int = 0
+    dtype: Any = jnp.float32
+
+    @nn.compact
+    def __call__(self, x, t, y=None, train: bool = False):
+        del train, y  # no dropout; no classes
+        x = jnp.asarray(x).astype(jnp.int32)
+        B, L = x.shape
+        V, D = self.out_channels, self.hidden_size
+        if self.causal:  # position l sees tokens < l: a begin token (row V) first
+            x = jnp.concatenate([jnp.full((B, 1), V, jnp.int32), x[:, :-1]], axis=1)
+        init = nn.initializers.normal(0.02)
+        h = nn.Embed(V + 1, D, embedding_init=init, dtype=self.dtype, name="token_embed")(x)
+        pos = self.param("pos_embed", init, (self.max_len, D))
+        h = h + pos[None, :L].astype(self.dtype)
+        if self.time_cond == "adaln" and not self.causal:
+            c = TimestepEmbedder(D, dtype=self.dtype, name="t_embedder")(t)
+        else:
+            c = jnp.zeros((B, D), self.dtype)
+        for i in range(self.depth):
+            h = DiTBlock(self.num_heads, self.mlp_ratio, dtype=self.dtype, causal=self.causal, name=f"blocks_{i}")(h, c)
+        return FinalLayer(V, dtype=self.dtype, name="final_layer")(h, c).astype(jnp.float32)
+
+
+@MODELS.register
+class Tokens:
+    name = "tokens"
+    FIELDS = dict(
+        hidden_size=Int(128, 1),
+        depth=Int(4, 1),
+        num_heads=Int(4, 1),
+        mlp_ratio=Num(4.0, 0.0, lo_open=True),
+        time_cond=Choice("adaln", TIME_CONDS),
+        causal=Bool(False),  # the autoregressive baseline (config.diffusion.name="autoregressive")
+        max_len=Int(1024, 1),  # rows of the position embedding: the longest sequence
+    )
+
+    @classmethod
+    def check(cls, cfg, ctx):
+        if cfg.hidden_size % cfg.num_heads:
+            raise FieldError("num_heads", cfg.num_heads, f"must divide hidden_size = {cfg.hidden_size}")
+        if cfg.class_cond:
+            raise FieldError("class_cond", True, "the token transformer has no class labels")
+
+    @classmethod
+    def build(cls, cfg, *, num_classes, out_channels):
+        return TokenTransformer(
+            out_channels=int(out_channels),
+            max_len=cfg.max_len,
+            hidden_size=cfg.hidden_size,
+            depth=cfg.depth,
+            num_heads=cfg.num_heads,
+            mlp_ratio=cfg.mlp_ratio,
+            time_cond=cfg.time_cond,
+            causal=cfg.causal,
+            num_classes=0,
+            dtype=jnp.dtype(cfg.dtype),
+        )

@@ -1,0 +1,238 @@
+"""Text for masked diffusion language models (data/text.py): the normalisation, the bundled King James Bible and its
+split by book, a user's folder of .txt files and what it refuses in one line, the tiny embedded corpus; the token
+transformer (models/tokens.py); and a masked diffusion LM trained, resumed exactly, sampled and evaluated through
+main.py's path (tests marked slow)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from config.fields import override
+from config.schema import default_config
+from data import DATASETS, DatasetNotFound, load_split
+from data.text import ALPHABET, decode, encode, kjv_books, kjv_split, normalise
+
+
+def text_config(**kw):
+    c = default_config(data="tiny_text", model="tokens", diffusion="masked", sampler="antithetic", weighting="none")
+    for section in (c.sample, c.eval.fid, c.eval.periodic):
+        section.method = "ancestral"
+    return override(
+        c,
+        {
+            "data.seq_len": 16,
+            "model.hidden_size": 16,
+            "model.depth": 1,
+            "model.num_heads": 2,
+            "train.batch_size": 8,
+            "train.num_steps": 4,
+            "train.log_every": 2,
+            "train.ckpt_every": 2,
+            "train.warmup_steps": 2,
+            "sample.num": 4,
+            "sample.steps": 4,
+            "eval.fid.features": "none",
+            "eval.periodic.every": 0,
+            "eval.periodic.nll_images": 8,
+            "eval.periodic.nll_timesteps": 4,
+            "eval.nll_images": 8,
+            "diffusion.likelihood_steps": 4,
+            **kw,
+        },
+    )
+
+
+def test_normalisation_is_text8_style():
+    assert (
+        normalise("  In the Beginning, GOD [was]—café 3 times!\n\tAmen. ") == "in the beginning god was cafe times amen"
+    )
+    assert ALPHABET == "abcdefghijklmnopqrstuvwxyz " and len(ALPHABET) == 27
+    tokens = encode("az ")
+    assert tokens.dtype == np.uint8 and list(tokens) == [0, 25, 26]
+    assert decode([0, 25, 26, 27]) == "az _"  # [MASK] shows as _
+
+
+def test_kjv_books_and_split_by_book():
+    books = kjv_books()
+    assert sorted(books) == list(range(1, 67))
+    assert normalise(books[1]).startswith("in the beginning god created the heaven and the earth")
+    assert normalise(books[66]).endswith("the grace of our lord jesus christ be with you all amen")
+    assert [b for b in books if kjv_split(b) == "validation"] == [5, 16, 27, 38, 49, 60]
+    assert [b for b in books if kjv_split(b) == "test"] == [10, 21, 32, 43, 54, 65]
+    c = default_config(data="kjv", model="tokens", diffusion="masked", sampler="antithetic", weighting="none")
+    c.data.seq_len = 256
+    sizes = {s: len(load_split(c.data, s)) for s in ("train", "validation", "test")}
+    # millions of characters, split by book: 3,448,384 / 318,605 / 247,562 characters in windows of 256
+    assert sizes == {"train": 3448384 // 256, "validation": 318605 // 256, "test": 247562 // 256}
+    w = load_split(c.data, "validation").get([0])
+    assert w.shape == (1, 256) and w.dtype == np.uint8 and decode(w[0]).startswith("these be the words which moses")
+
+
+def test_tiny_corpus_windows():
+    c = text_config()
+    train = load_split(c.data, "train")
+    assert train.get([0, 1]).shape == (2, 16) and int(train.get([0]).max()) < 27
+    assert decode(train.get([0])[0]) == "the river ran lo"
+    assert DATASETS["tiny_text"].example_shape(c.data) == (16,)
+
+
+def test_text_files_split_by_document_and_bad_input_in_one_line(tmp_path):
+    c = text_config()
+    from config.schema import switch_part
+
+    switch_part(c, "data", "text_files")
+    c.data.seq_len = 8
+    c.data.text_dir = str(tmp_path)
+
+    def one_line(split="train"):
+        with pytest.raises(DatasetNotFound) as e:
+            load_split(c.data, split)
+        assert "\n" not in str(e.value)
+        return str(e.value)
+
+    assert "holds 0 .txt files: at least 3 are needed" in one_line()
+    for i, text in enumerate(["Alpha beta gamma delta. " * 20, "Epsilon zeta eta! " * 3, "Theta iota kappa? " * 3]):
+        (tmp_path / f"doc{i}.txt").write_text(text)
+    assert decode(load_split(c.data, "train").get([0])[0]) == "alpha be"
+    assert decode(load_split(c.data, "validation").get([0])[0]) == "epsilon "
+    assert decode(load_split(c.data, "test").get([0])[0]) == "theta io"
+    c.data.seq_len = 100
+    assert one_line("test") == (
+        "config.data.seq_len=100 is longer than the test split of config.data.name='text_files' (50 characters)"
+    )
+    c.data.seq_len = 8
+    (tmp_path / "doc3.txt").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00")
+    assert "doc3.txt' is not a UTF-8 text file" in one_line()
+
+
+def test_token_transformer_shapes_and_uniform_start():
+    from models import make_model
+
+    c = text_config()
+    model = make_model(c.model, out_channels=27)
+    x = jnp.full((2, 16), 27, jnp.int32)
+    params = model.init(jax.random.PRNGKey(0), x, jnp.zeros((2,)))
+    out = model.apply(params, x, jnp.array([0.5, 900.0]))
+    assert out.shape == (2, 16, 27) and out.dtype == jnp.float32
+    np.testing.assert_array_equal(out, 0.0)  # the adaLN-Zero final layer: every token starts uniform
+
+
+def test_causal_transformer_sees_only_earlier_tokens():
+    from models import make_model
+
+    c = text_config(**{"model.causal": True})
+    model = make_model(c.model, out_channels=27)
+    x = jax.random.randint(jax.random.PRNGKey(1), (1, 16), 0, 27)
+    params = model.init(jax.random.PRNGKey(0), x, jnp.zeros((1,)))
+    params = jax.tree.map(lambda p: p + 0.1 * jax.random.normal(jax.random.PRNGKey(2), p.shape), params)
+    a = model.apply(params, x, jnp.zeros((1,)))
+    b = model.apply(params, x.at[0, 10].set((x[0, 10] + 1) % 27), jnp.zeros((1,)))
+    np.testing.assert_array_equal(a[0, :11], b[0, :11])  # position l predicts token l from tokens < l
+    assert not np.allclose(a[0, 11:], b[0, 11:])
+
+
+@pytest.mark.slow
+def test_masked_lm_trains_resumes_samples_and_evaluates(tmp_path, capsys):
+    """Four steps through main.py's path: the loss starts at log2(27) (a uniform network), text samples are written,
+    --mode=eval gives the test split's bound in bits per character; the state after 2 + 2 steps with a checkpoint
+    in between equals 4 steps in one go."""
+    import main
+    from conftest import full_and_resumed
+
+    c = text_config()
+    assert main.run(c, str(tmp_path / "run")) == 0
+    out = capsys.readouterr().out
+    samples = out.split("Samples: ")[1].split("\n")[0]
+    assert samples.endswith("step_0000004.txt")
+    lines = open(samples).read().splitlines()
+    assert len(lines) == 4 and all(len(s) == 16 and set(s) <= set(ALPHABET) for s in lines)
+    import json
+
+    first = json.loads(open(tmp_path / "run" / "metrics.jsonl").readline())
+    assert first["loss"] == pytest.approx(np.log2(27), rel=0.15)
+    assert main.run(c, str(tmp_path / "run"), "eval") == 0
+    record = json.load(open(sorted((tmp_path / "run" / "eval").glob("step_*.json"))[-1]))
+    assert 3.0 < record["nll_bpd"]["value"] < 5.5, record
+    assert open(record["samples"]["path"]).read().count("\n") == c.eval.num_samples
+    _, full, resumed = full_and_resumed(c, str(tmp_path / "resume"), steps=4)
+    jax.tree.map(np.testing.assert_array_equal, full, resumed)
+
+
+def test_autoregressive_baseline_nll_and_sampling():
+    """The exact NLL of a uniform network is log2 V; a network sure of token (l mod V) given tokens < l samples that
+    sequence left to right, seeing only earlier tokens (it is sure of the wrong token wherever a later one is set)."""
+    from diffusion.autoregressive import Autoregressive
+
+    V, L = 7, 10
+    p = Autoregressive(vocab_size=V)
+    x0 = jax.random.randint(jax.random.PRNGKey(0), (3, L), 0, V)
+    nll = p.nll_bpd(lambda x, t: jnp.zeros(x.shape + (V,)), x0, None)[0]
+    np.testing.assert_allclose(nll, np.log2(V), rtol=1e-6)
+    target = jnp.arange(L) % V
+    net = lambda x, t: jnp.broadcast_to(jax.nn.one_hot(target, V) * 50.0, x.shape + (V,))
+    np.testing.assert_array_equal(p.sample(net, jax.random.PRNGKey(1), (2, L)), np.broadcast_to(target, (2, L)))
+    assert p.example_losses(net, jnp.broadcast_to(target, (2, L)), None, None)[0].max() < 1e-6
+
+
+def test_bound_rows_of_the_masked_process_are_its_nelbo_terms():
+    """The rows the learned sampler's bound reward reads (training/step.py make_rows_fn, kind="bound") are the
+    masked process's NELBO integrand at each row's time, and kind="loss" is the train step's objective (weighting
+    none: the same)."""
+    from diffusion import make_process
+    from models import make_model
+    from training.step import make_apply, make_rows_fn
+    from weightings import make_weighting
+
+    c = text_config()
+    process = make_process(c.diffusion)
+    model = make_model(c.model, out_channels=process.out_channels(1))
+    x0 = jax.random.randint(jax.random.PRNGKey(0), (8, 16), 0, 27)
+    params = model.init(jax.random.PRNGKey(1), x0, jnp.zeros((8,)))
+    params = jax.tree.map(lambda p: p + 0.05 * jax.random.normal(jax.random.PRNGKey(2), p.shape), params)
+    t = jnp.linspace(0.05, 0.95, 8)
+    u = process.draw_noise(jax.random.PRNGKey(3), x0)
+    rows_fn = make_rows_fn(model, process, weighting=make_weighting(c.weighting, process))
+    want = process.row_terms(lambda x, s: make_apply(model)(params, x, s), x0, t, u)
+    np.testing.assert_allclose(rows_fn(params, x0, t, u), want, rtol=1e-5)
+    np.testing.assert_allclose(rows_fn(params, x0, t, u, kind="loss"), want, rtol=1e-5)
+
+
+def test_token_configs_refused_in_one_line():
+    """Image data under a token process, a vocabulary that is not the data's, and the learned sampler's image policy
+    on tokens: each refused before anything is built."""
+    from config.schema import switch_part
+    from config.validate import ConfigError, validate
+
+    def refusal(c):
+        with pytest.raises(ConfigError) as e:
+            validate(c)
+        assert "\n" not in str(e.value)
+        return str(e.value)
+
+    c = text_config(**{"diffusion.vocab_size": 30})
+    assert refusal(c) == ("config.diffusion.vocab_size=30 is not allowed: must be 27, config.data.name's vocabulary")
+    c = text_config()
+    switch_part(c, "data", "digits")
+    assert "config.data.name='digits' holds no tokens" in refusal(c)
+    c = text_config(**{"sampler.name": "adaptive"})
+    assert refusal(c).startswith("config.sampler.name='adaptive' is not allowed with config.data.name='tiny_text'")
+    c = text_config(**{"weighting.name": "min_snr"})
+    assert "the weighting is a function of the Gaussian path's log SNR" in refusal(c)
+
+
+def test_text_configs_validate_and_build_their_shapes():
+    """configs/text.py (masked diffusion) and its :ar variant (the causal network of the same size) validate; the
+    masked one builds a state whose batch is [B, seq_len] tokens and whose logits are over the 27 characters."""
+    from config.validate import validate
+    from configs.text import get_config
+    from training.setup import build
+
+    c, ar = get_config(), get_config("ar")
+    validate(ar)
+    assert ar.diffusion.name == "autoregressive" and ar.model.causal and not c.model.causal
+    setup = build(c)
+    assert setup.abstract_batch(32).shape == (32, 128) and setup.abstract_batch(32).dtype == jnp.uint8
+    assert setup.abstract_state.params["params"]["final_layer"]["linear"]["kernel"].shape == (128, 27)
+    with pytest.raises(ValueError, match="is not a variant"):
+        get_config("x")
