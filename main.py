@@ -1,7 +1,10 @@
 """Train a diffusion model with a chosen timestep sampler.
 
 python main.py --config=configs/default.py --workdir=/tmp/digits [--config.FIELD=VALUE ...]
+python main.py --mode=show --config=configs/default.py        # every field: its value, what it allows
 python main.py --mode=compile --config=configs/cifar10.py     # memory and FLOPs of the step, no training
+
+The config's fields, overrides and what may change on resume: docs/config.md.
 """
 
 import os
@@ -18,10 +21,12 @@ flags.DEFINE_string("workdir", None, "Where checkpoints, metrics and samples go.
 flags.DEFINE_enum(
     "mode",
     "train",
-    ["train", "eval", "compile"],
+    ["train", "eval", "compile", "show"],
     "train: train or resume in --workdir. eval: evaluate the latest checkpoint in --workdir (test "
     "bits/dim, samples) into --workdir/eval/. compile: compile the train step for the configured mesh "
-    "and print its memory and FLOP estimates, without training (no --workdir needed).",
+    "and print its memory and FLOP estimates, without training (no --workdir needed). show: print the "
+    "checked config, every field with its value, what it allows and whether it defines the run (no --workdir "
+    "needed; docs/config.md).",
 )
 flags.DEFINE_bool(
     "distributed",
@@ -44,6 +49,7 @@ def main(argv):
 
     from config.overrides import apply_switches
     from config.validate import ConfigError, check_fields, check_values
+    from core.compilation_cache import configure_compilation_cache
     from data.latents import planned_latents
     from training.platform import configure_cpu_devices
 
@@ -56,7 +62,13 @@ def main(argv):
     except ConfigError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if FLAGS.mode == "show":
+        from config.schema import describe
+
+        print(describe(FLAGS.config), flush=True)
+        return 0
     configure_cpu_devices(FLAGS.config)  # before JAX starts its backends
+    configure_compilation_cache(FLAGS.config)
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     if FLAGS.distributed:
         import jax
@@ -156,11 +168,27 @@ def check_config_file(argv):
     if spec is None or not os.path.exists(path):
         raise ConfigError(f"--config={value}: no config file {path!r}")
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     try:
+        spec.loader.exec_module(module)
         return module.get_config(arg) if arg else module.get_config()
-    except (ValueError, TypeError) as e:
-        raise ConfigError(f"--config={value}: {e}") from None
+    except Exception as e:  # the file's own error, at its own line: one line, not a traceback through absl
+        raise ConfigError(f"--config={value}: {where_in(e, path)}") from None
+
+
+def where_in(e: BaseException, path: str) -> str:
+    """'FILE:LINE: Type: message' of an error raised by (or, a syntax error, in) the file `path`: its innermost
+    frame in that file (the line a user edits), else the innermost frame."""
+    if isinstance(e, SyntaxError) and e.filename:
+        return f"{e.filename}:{e.lineno}: SyntaxError: {e.msg}"
+    frames, tb = [], e.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno))
+        tb = tb.tb_next
+    mine = [f for f in frames if os.path.abspath(f[0]) == os.path.abspath(path)]
+    file, line = (mine or frames)[-1]
+    what = " ".join(str(e).split()) or "(no message)"
+    file = os.path.relpath(file) if file.startswith(os.getcwd() + os.sep) else file
+    return f"{file}:{line}: {type(e).__name__}: {what}"
 
 
 def define_config_flag(flag_values, argv):
@@ -169,7 +197,8 @@ def define_config_flag(flag_values, argv):
     config_flags.DEFINE_config_file(
         "config",
         "configs/default.py",
-        "Experiment config (a configs/*.py file).",
+        "Experiment config (a configs/*.py file[:argument]); any field is overridden with --config.FIELD=VALUE. "
+        "--mode=show prints every field with its value and what it allows; docs/config.md explains them.",
         flag_values=flag_values,
         lock_config=True,
         sys_argv=["main.py", *argv],
@@ -184,6 +213,7 @@ def parse_overrides(argv, config):
     import re
 
     from config.fields import flatten
+    from config.overrides import a_type
     from config.validate import ConfigError
 
     fv = flags.FlagValues()
@@ -200,7 +230,7 @@ def parse_overrides(argv, config):
         raw = given[-1] if given else m.group(2)  # the message's own copy ends at the first ": " in the value
         reason = why.split(f"={raw}: ", 1)[1] if f"={raw}: " in why else why[m.end() :]
         current = flatten(config).get(path)
-        kind = "a section" if current is None else f"a {type(current).__name__}"
+        kind = "a section" if current is None else a_type(current)
         raise ConfigError(f"--config.{path}={raw!r} is not allowed: must be {kind} ({reason})") from None
     return fv.config
 
@@ -231,7 +261,35 @@ def check_overrides_then_run():
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
     define_config_flag(FLAGS, sys.argv[1:])
+    problem = check_main_flags(sys.argv)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        sys.exit(2)
     cli.run(lambda argv: sys.exit(main(argv)))
+
+
+def check_main_flags(argv) -> str:
+    """'' or one line on a flag of main.py that absl refuses (a mistyped --work_dir, --mode=trian), naming the
+    nearest flag: absl would print "FATAL Flags parsing error" and a second line, and exit 1. --help is absl's."""
+    if any(a.split("=")[0] in cli.HELP_FLAGS for a in argv[1:]):
+        return ""
+    # --config and its overrides are checked (check_command_line); parsed twice, ml_collections defines the
+    # overrides' flags twice
+    config_args = {i for i, a in enumerate(argv) if a.startswith(("--config.", "--config="))}
+    config_args |= {j for i, a in enumerate(argv) if a == "--config" for j in (i, i + 1)}
+    try:
+        FLAGS([a for i, a in enumerate(argv) if i not in config_args])
+    except flags.UnrecognizedFlagError as e:
+        import difflib
+
+        near = difflib.get_close_matches(e.flagname, list(FLAGS), 1, cutoff=0.6)
+        hint = f"did you mean --{near[0]}?" if near else "see python main.py --help"
+        return f"--{e.flagname} is not a flag of main.py; {hint}"
+    except flags.Error as e:
+        return " ".join(str(e).split())
+    finally:
+        FLAGS.unparse_flags()  # absl's app.run parses them again
+    return ""
 
 
 if __name__ == "__main__":

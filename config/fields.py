@@ -84,6 +84,10 @@ class Field:
         if problem is not None:
             raise ConfigError(f"config.{path}={value!r} is not allowed: {problem}")
 
+    def allows(self, context: Context | None = None) -> str:
+        """What the field allows, in its errors' words: 'an integer in 1..1000 (config.diffusion.num_timesteps)'."""
+        return self.problem(_NOT_A_VALUE, context or Context()).removeprefix("must be ")
+
     def problem(self, v, context: Context) -> str | None:
         note = f" {self.note}" if self.note else ""
         if self.kind == "bool":
@@ -135,6 +139,9 @@ class Field:
                 what = "finite"
             return None if ok else f"must be a number {what}{src}{note}"
         raise ValueError(f"unknown field kind {self.kind!r}")
+
+
+_NOT_A_VALUE = object()  # no field allows it: Field.allows reads the field's "must be ..." from its check
 
 
 def Int(

@@ -16,7 +16,7 @@ from config.fields import ConfigError, flatten, get, renamed, unknown_field
 from config.registry import FLAT
 from config.validate import _note_renamed, known_fields
 
-__all__ = ["rename_overrides", "part_switches", "apply_switches", "parse_value", "check_overrides"]
+__all__ = ["rename_overrides", "part_switches", "apply_switches", "parse_value", "a_type", "check_overrides"]
 
 
 def rename_overrides(argv, config=None):
@@ -75,8 +75,14 @@ def parse_value(path: str, raw: str, current):
             v = ast.literal_eval(raw)
             return tuple(v) if isinstance(v, (tuple, list)) else (v,)
     except (ValueError, SyntaxError):
-        raise ConfigError(f"--config.{path}={raw!r} is not allowed: must be a {type(current).__name__}") from None
+        raise ConfigError(f"--config.{path}={raw!r} is not allowed: must be {a_type(current)}") from None
     return raw
+
+
+def a_type(value) -> str:
+    """What a command-line value must be to replace `value` ('an integer', 'a float', ...)."""
+    kinds = {bool: "True or False", int: "an integer", float: "a float", tuple: "a tuple", list: "a tuple"}
+    return kinds.get(type(value), f"a {type(value).__name__}")
 
 
 def apply_switches(config, switches):

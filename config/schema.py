@@ -1,6 +1,6 @@
 """The whole config's field spec, composed from the parts and sections that own their fields.
 
-    seed                      here
+    seed, compilation_cache   here
     data, model, diffusion    registries, flat: name + common fields + the named part's fields (data/, models/,
                               diffusion/)
     sampler, weighting        registries, nested: name + one sub-config per registered part (samplers/, weightings/)
@@ -11,7 +11,7 @@
 "did you mean" suggestions and the run identity (training/checkpoint.py) read the same specs.
 """
 
-from config.fields import ConfigError, Context, Int, flatten, to_config
+from config.fields import ConfigError, Context, Int, Path, flatten, to_config
 from config.registry import FLAT, SAMPLING
 from config.sections import DIAGNOSTICS_FIELDS, EVAL_FIELDS, MESH_FIELDS, SAMPLE_FIELDS, TRAIN_FIELDS
 from data import DATASETS, dataset_classes
@@ -20,7 +20,12 @@ from models import MODELS
 from samplers import SAMPLERS
 from weightings import WEIGHTINGS
 
-TOP_FIELDS = dict(seed=Int(0, 0, 2**32 - 1))
+TOP_FIELDS = dict(
+    seed=Int(0, 0, 2**32 - 1),
+    # JAX's persistent compilation cache (training/platform.py): a program compiled once on this machine is read
+    # back by every later run, resume, evaluation and notebook chunk; "off": none
+    compilation_cache=Path("~/.cache/adaptive-timesteps/jax", mutable=True),
+)
 # section -> registry, and the part a default config names
 REGISTRIES = {
     "data": (DATASETS, "digits"),
@@ -36,7 +41,20 @@ SECTIONS = {
     "mesh": MESH_FIELDS,
     "diagnostics": DIAGNOSTICS_FIELDS,
 }
-ORDER = ("seed", "data", "model", "diffusion", "train", "sampler", "weighting", "sample", "eval", "mesh", "diagnostics")
+ORDER = (
+    "seed",
+    "data",
+    "model",
+    "diffusion",
+    "train",
+    "sampler",
+    "weighting",
+    "sample",
+    "eval",
+    "mesh",
+    "diagnostics",
+    "compilation_cache",
+)
 
 
 def _named(config, section):
@@ -134,6 +152,27 @@ def check_parts(config, devices=None):
             REGISTRIES[section][0].check(config[section], ctx)
 
 
+def describe(config) -> str:
+    """Every field that counts for this config (active_fields), one line each: its value, what it allows and
+    whether it defines the run (training/checkpoint.py) or may change when the run resumes."""
+    from config.fields import get
+
+    fields, ctx = active_fields(config), context(config)
+    width = max(len(f"config.{p} = {get(config, p)!r}") for p in fields)
+    lines = []
+    for path, field in fields.items():
+        what = f"config.{path} = {get(config, path)!r}"
+        when = "may change on resume" if field.mutable else "defines the run"
+        lines.append(f"{what:<{width}}  # {field.allows(ctx)}; {when}")
+    for section in ("sampler", "weighting"):
+        others = [n for n in REGISTRIES[section][0].names() if n != config[section].name]
+        lines.append(
+            f"# config.{section}.<{'|'.join(others)}>.*: the other {section}s' fields, unused with "
+            f"config.{section}.name={config[section].name!r}"
+        )
+    return "\n".join(lines)
+
+
 def switch_part(config, section: str, name: str) -> list:
     """Make a flat section (data, model, diffusion) name another part, in place: the section recomposed from the
     new part's own defaults; the section's common fields keep the config's values except those the new part gives
@@ -187,5 +226,6 @@ __all__ = [
     "context",
     "check_names",
     "check_parts",
+    "describe",
     "switch_part",
 ]

@@ -62,8 +62,8 @@ def encode_dataset(
     import jax
     import jax.numpy as jnp
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
-    from tqdm import tqdm
 
+    from core.progress import bar as progress_bar
     from core.torch_file import NotAStateDict
     from data.embedded_autoencoder import resolve
     from latent import make_autoencoder
@@ -146,7 +146,7 @@ def encode_dataset(
             file = os.path.join(output, f"{split}_labels.npy")
             mode = "r+" if os.path.isfile(file) and info["done"] > 0 else "w+"
             labels = np.lib.format.open_memmap(file, mode=mode, dtype=np.int32, shape=(n,))
-        bar = tqdm(total=n, initial=info["done"], desc=f"encode {split}", disable=not progress, dynamic_ncols=True)
+        bar = progress_bar(n, f"encode {split}", unit="image", initial=info["done"], enabled=progress)
         for start in range(info["done"], n, B):
             idx = np.arange(start, min(start + B, n))
             if labels is not None:  # one read of the records for images and labels

@@ -173,16 +173,18 @@ def load_or_train(cache_dir: str = "", dataset: str = "digits"):
 
 
 def make_feature_fn(params, scale, dataset: str = "digits"):
-    """features(images_u8 [N, H, W, 1]) -> float64 [N, 64]."""
+    """features(images_u8 [N, H, W, 1], tick=None) -> float64 [N, 64]; tick(n) after each batch of n images."""
     net = make_net(dataset)
     fn = jax.jit(lambda p, x: net.apply(p, x, features_only=True))
     params = jax.device_put(params, jax.local_devices()[0])
 
-    def features(images_u8, batch=1000):
-        out = [
-            np.asarray(fn(params, jax.device_put(np.asarray(images_u8[i : i + batch]), jax.local_devices()[0])))
-            for i in range(0, len(images_u8), batch)
-        ]
+    def features(images_u8, batch=1000, tick=None):
+        out = []
+        for i in range(0, len(images_u8), batch):
+            x = np.asarray(images_u8[i : i + batch])
+            out.append(np.asarray(fn(params, jax.device_put(x, jax.local_devices()[0]))))
+            if tick is not None:
+                tick(len(x))
         return np.concatenate(out).astype(np.float64) / scale
 
     return features

@@ -27,7 +27,7 @@ import numpy as np
 
 from config.registry import LIKELIHOOD
 from config.validate import ConfigError, check_workdir
-from core import fingerprint
+from core import fingerprint, progress
 from data import DATASETS, data_fingerprints, load_split, pixel_split
 from diffusion import PROCESSES
 from diffusion.base import Likelihood, Sampling
@@ -116,12 +116,13 @@ def _ceil_div(a, b):
     return -(-a // b)
 
 
-def over_batches(setup, images_u8, call, labels=None):
+def over_batches(setup, images_u8, call, labels=None, desc: str = ""):
     """call(x, y, i) -> a pytree of [B, ...] device arrays for each batch of images_u8 [N, H, W, C] (x: the batch,
     sharded; y: its labels [B] or None; i: the index of its first image), each gathered from every process and
     concatenated over the batches, the padding dropped: the pytree of [N, ...] host arrays. As few equal batches of
     at most eval.batch_size as cover N (one compiled shape, little padding), each a multiple of the device count;
-    every process passes the same images and puts its share of every batch on its devices."""
+    every process passes the same images and puts its share of every batch on its devices. `desc`: the phase's
+    progress bar (core/progress.py), none if empty."""
     from jax.experimental import multihost_utils
 
     c = setup.config
@@ -129,6 +130,7 @@ def over_batches(setup, images_u8, call, labels=None):
     B = _ceil_div(_ceil_div(N, _ceil_div(N, c.eval.batch_size)), n_dev) * n_dev
     P, p = jax.process_count(), jax.process_index()
     out = []
+    bar = progress.bar(N, desc, unit="image", enabled=bool(desc) and p == 0)
     for i in range(0, N, B):
 
         def local(a):
@@ -140,10 +142,12 @@ def over_batches(setup, images_u8, call, labels=None):
         y = None if labels is None else local(np.asarray(labels, np.int32))
         gather = lambda a: np.asarray(multihost_utils.process_allgather(a, tiled=True))[:n]
         out.append(jax.tree.map(gather, call(local(images_u8), y, i)))
+        bar.update(n)
+    bar.close()
     return jax.tree.map(lambda *a: np.concatenate(a), *out)
 
 
-def bound_bpd(setup, params, images_u8, key, num_t: int = 0, labels=None):
+def bound_bpd(setup, params, images_u8, key, num_t: int = 0, labels=None, desc: str = ""):
     """(mean bits/dim, per-image bits/dim [N], seconds) of the full bound over images_u8 [N, H, W, C] (a latent
     model's latents: then per latent dimension), or with num_t > 0 of its unbiased estimate from num_t stratified
     timesteps (the process's nll_bpd_estimate). A class-conditional model's bound is conditional on the true
@@ -151,7 +155,7 @@ def bound_bpd(setup, params, images_u8, key, num_t: int = 0, labels=None):
     batch_nll = bound_fn(setup, num_t)
     t0 = time.perf_counter()
     per_image = over_batches(
-        setup, images_u8, lambda x, y, i: batch_nll(params, x, jax.random.fold_in(key, i), y), labels
+        setup, images_u8, lambda x, y, i: batch_nll(params, x, jax.random.fold_in(key, i), y), labels, desc
     )
     return float(per_image.mean()), per_image, time.perf_counter() - t0
 
@@ -179,7 +183,9 @@ def strata_fn(setup, strata: int, per_stratum: int, decoder_draws: int):
     return setup.cached(("bound_strata", design, chunk_rows), make)
 
 
-def stratified_bound(setup, params, images_u8, key, strata, per_stratum, decoder_draws, labels=None) -> dict:
+def stratified_bound(
+    setup, params, images_u8, key, strata, per_stratum, decoder_draws, labels=None, desc: str = ""
+) -> dict:
     """The stratified estimate of the bound over images_u8 [N, ...] with its standard error (eval.bound_strata).
 
     The process takes its decoder term apart (d draws of its noise) and cuts the rest of the bound into K strata of
@@ -194,7 +200,7 @@ def stratified_bound(setup, params, images_u8, key, strata, per_stratum, decoder
     t_key, noise_key = jax.random.split(key)
     t0 = time.perf_counter()
     decoder, parts, exact = over_batches(
-        setup, images_u8, lambda x, y, i: fn(params, x, t_key, jax.random.fold_in(noise_key, i), y), labels
+        setup, images_u8, lambda x, y, i: fn(params, x, t_key, jax.random.fold_in(noise_key, i), y), labels, desc
     )
     per_image, value, se = strata_summary(decoder, parts, exact)
     N = len(per_image)
@@ -232,22 +238,28 @@ def test_data(setup, n: int, split: str = "test"):
     return test.get(np.arange(n)), None
 
 
-def sample_quality(setup, space, params, key, num, method, steps, guidance: float = 1.0) -> dict:
+def sample_quality(setup, space, params, key, num, method, steps, guidance: float = 1.0, desc: str = "") -> dict:
     """FID/KID of `num` samples (a collective: every process calls it) and the protocol. A class-conditional
-    model draws balanced classes (sample i: class i mod K) with classifier-free guidance `guidance`."""
+    model draws balanced classes (sample i: class i mod K) with classifier-free guidance `guidance`. `desc`: the
+    name of the progress bars of its sampling and its features (none if empty)."""
     c = setup.config
     t0 = time.perf_counter()
     B = c.eval.fid.batch_size  # samples per sampling call (memory): chunk i draws with fold_in(key, i)
+    shown = bool(desc) and jax.process_index() == 0
+    bar = progress.bar(num, f"{desc} samples ({method})", unit="image", enabled=shown)
     if num <= B:
         samples = generate(setup, params, key, num, method, steps, guidance)
+        bar.update(num)
     else:
-        samples = np.concatenate(
-            [
-                generate(setup, params, jax.random.fold_in(key, i), min(B, num - i * B), method, steps, guidance, i * B)
-                for i in range(-(-num // B))
-            ]
-        )
-    scores = space.score(samples, c.eval.fid.kid_subsets, c.eval.fid.kid_subset_size)
+        chunks = []
+        for i in range(-(-num // B)):
+            n = min(B, num - i * B)
+            chunks.append(generate(setup, params, jax.random.fold_in(key, i), n, method, steps, guidance, i * B))
+            bar.update(n)
+        samples = np.concatenate(chunks)
+    bar.close()
+    with progress.bar(num, f"{desc} features", unit="image", enabled=shown) as bar:
+        scores = space.score(samples, c.eval.fid.kid_subsets, c.eval.fid.kid_subset_size, tick=bar.update)
     scores["protocol"] = dict(
         samples=int(num),
         method=method,
@@ -269,7 +281,7 @@ def eval_bound(setup, params, images, key, labels=None) -> dict:
     common = dict(split="test", images=int(n))
     if c.eval.bound_strata:
         design = (c.eval.bound_strata, c.eval.bound_per_stratum, c.eval.bound_decoder_draws)
-        est = stratified_bound(setup, params, images, key, *design, labels)
+        est = stratified_bound(setup, params, images, key, *design, labels, desc="eval: test bound (estimate)")
         how = setup.process.strata_protocol(*design)
         return dict(
             value=est["value"],
@@ -286,7 +298,7 @@ def eval_bound(setup, params, images, key, labels=None) -> dict:
                 **bound_space(setup),
             ),
         )
-    nll, per_image, seconds = bound_bpd(setup, params, images, key, labels=labels)
+    nll, per_image, seconds = bound_bpd(setup, params, images, key, labels=labels, desc="eval: test bound")
     return dict(
         value=nll,
         stderr=float(per_image.std(ddof=1) / np.sqrt(n)) if n > 1 else None,
@@ -357,12 +369,14 @@ def evaluate(config, workdir: str) -> dict:
             f.method,
             f.steps,
             f.guidance_scale,
+            desc="eval: FID",
         )
         if pixels is None:
             scores["test_split_unavailable"] = no_pixels
         else:
             m = min(len(pixels), f.num_samples)
-            real = space.score(pixels.get(np.arange(m)), f.kid_subsets, f.kid_subset_size)
+            with progress.bar(m, "eval: FID of the test split", unit="image", enabled=jax.process_index() == 0) as bar:
+                real = space.score(pixels.get(np.arange(m)), f.kid_subsets, f.kid_subset_size, tick=bar.update)
             scores["test_split"] = dict(
                 real,
                 images=m,

@@ -35,7 +35,7 @@ def classifier_dataset(config) -> str:
 @dataclasses.dataclass
 class FeatureSpace:
     name: str  # "digits_classifier" | "inception_v3_pool3"
-    features: Callable  # uint8 [N, H, W, C] -> float64 [N, d]
+    features: Callable  # (uint8 [N, H, W, C], tick=None) -> float64 [N, d]; tick(n) after each batch of n
     mu: np.ndarray
     sigma: np.ndarray
     reference_features: np.ndarray | None
@@ -44,9 +44,10 @@ class FeatureSpace:
     # statistics are computed from: images, or the statistics file's arrays), reference_stats (mu and sigma)
     fingerprint: dict = dataclasses.field(default_factory=dict)
 
-    def score(self, images_u8, kid_subsets=100, kid_subset_size=1000) -> dict:
-        """FID and KID of images against the reference, with their protocol."""
-        f = self.features(images_u8)
+    def score(self, images_u8, kid_subsets=100, kid_subset_size=1000, tick=None) -> dict:
+        """FID and KID of images against the reference, with their protocol; tick(n) after each batch of n images'
+        features (a progress bar's update)."""
+        f = self.features(images_u8, tick=tick)
         mu, sigma = frechet.statistics(f)
         # the network's hash beside the numbers it measured: FIDs of two networks do not compare
         out = dict(fid=frechet.frechet_distance(mu, sigma, self.mu, self.sigma))

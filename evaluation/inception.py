@@ -204,12 +204,18 @@ def load_weights(path: str):
 
 
 def make_feature_fn(variables, batch: int = 200):
-    """features(images_u8 [N, H, W, C]) -> float64 [N, 2048], in batches of `batch` on the default device."""
+    """features(images_u8 [N, H, W, C], tick=None) -> float64 [N, 2048], in batches of `batch` on the default
+    device; tick(n) after each batch of n images."""
     fn = jax.jit(InceptionV3().apply)  # the weights as an argument, not 87 MB of constants baked into the program
     variables = jax.device_put(variables, jax.local_devices()[0])
 
-    def features(images_u8):
-        out = [np.asarray(fn(variables, np.asarray(images_u8[i : i + batch]))) for i in range(0, len(images_u8), batch)]
+    def features(images_u8, tick=None):
+        out = []
+        for i in range(0, len(images_u8), batch):
+            x = np.asarray(images_u8[i : i + batch])
+            out.append(np.asarray(fn(variables, x)))
+            if tick is not None:
+                tick(len(x))
         return np.concatenate(out).astype(np.float64)
 
     return features

@@ -12,10 +12,11 @@ num_images, weights. Point config.eval.fid.reference_stats at it. pytorch-fid's 
 
 import os
 import sys
-import time
 
 from absl import app, flags
 from ml_collections import config_flags
+
+from core import progress
 
 FLAGS = flags.FLAGS
 
@@ -28,9 +29,7 @@ def _define_flags():  # only when run as a program: importing write_reference de
     flags.DEFINE_bool("no_features", False, "Write mu and sigma only (no KID against these statistics).")
 
 
-def write_reference(
-    config, output: str, split: str = "train", max_images: int = -1, features: bool = True, log=print
-) -> dict:
+def write_reference(config, output: str, split: str = "train", max_images: int = -1, features: bool = True) -> dict:
     """Compute and write the reference statistics (see the module docstring); returns what was written.
     Raises FileExistsError rather than overwrite `output`."""
     import numpy as np
@@ -43,10 +42,10 @@ def write_reference(
     source = load_split(config.data, split)
     n = len(source) if max_images < 0 else min(max_images, len(source))
     fn = inception.make_feature_fn(inception.load_weights(config.eval.fid.inception_weights))
-    t0, feats = time.perf_counter(), []
-    for i in range(0, n, 1000):
-        feats.append(fn(source.get(np.arange(i, min(n, i + 1000)))))
-        log(f"{min(n, i + 1000)}/{n} images, {time.perf_counter() - t0:.0f} s")
+    feats = []
+    with progress.bar(n, f"reference statistics ({split})", unit="image") as bar:
+        for i in range(0, n, 1000):
+            feats.append(fn(source.get(np.arange(i, min(n, i + 1000))), tick=bar.update))
     f = np.concatenate(feats)
     mu, sigma = frechet.statistics(f)
     out = dict(
@@ -71,6 +70,9 @@ def main(argv):
     from core.torch_file import NotAStateDict
 
     c = FLAGS.config
+    from core.compilation_cache import configure_compilation_cache
+
+    configure_compilation_cache(c)
     if not c.eval.fid.inception_weights or not os.path.isfile(c.eval.fid.inception_weights):
         print(
             f"error: config.eval.fid.inception_weights={c.eval.fid.inception_weights!r}: no such file (pytorch-fid's "
@@ -79,9 +81,7 @@ def main(argv):
         )
         return 2
     try:
-        out = write_reference(
-            c, FLAGS.output, FLAGS.split, FLAGS.max_images, not FLAGS.no_features, log=lambda m: print(m, flush=True)
-        )
+        out = write_reference(c, FLAGS.output, FLAGS.split, FLAGS.max_images, not FLAGS.no_features)
     except (FileExistsError, NotAStateDict) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -50,6 +50,31 @@ def test_workdir_of_another_config_is_refused(finished_run):
     assert len(err) == 1 and "different run" in err[0] and "config.diffusion.schedule: 'linear'" in err[0]
 
 
+def test_a_workdir_refused_for_another_sampler_names_the_switch_first(tmp_path):
+    """Switching the sampler changes its sub-config's fields too (another sampler, other fields): the refusal names
+    the switch itself first, then how many fields follow from it, then the other changes."""
+    from config.fields import flatten, override
+    from configs.default import get_config
+    from training.checkpoint import WorkdirMismatch, check_run_identity, run_identity
+
+    check_run_identity(get_config(), str(tmp_path))
+    switched = override(get_config(), {"sampler.name": "adaptive_noise"})
+    with pytest.raises(WorkdirMismatch) as e:
+        check_run_identity(switched, str(tmp_path))
+    msg = str(e.value)
+    # the workdir's sampler's defining fields (its learning rates are mutable: not among them); the new sampler's,
+    # absent from the workdir, are taken to have had their defaults there, as fields newer than a workdir are
+    follow = len(flatten(run_identity(get_config())["sampler"])) - 1
+    assert follow > 5  # more than the five differences the message names
+    assert (
+        f"(workdir -> now: config.sampler.name: 'adaptive' -> 'adaptive_noise', and {follow} fields of "
+        "config.sampler that follow from it). Use a new --workdir" in msg
+    ), msg
+    with pytest.raises(WorkdirMismatch) as e:
+        check_run_identity(override(switched, {"seed": 3, "diffusion.schedule": "cosine"}), str(tmp_path))
+    assert "follow from it; config.diffusion.schedule: 'linear' -> 'cosine'; config.seed: 0 -> 3)" in str(e.value)
+
+
 def test_unknown_sampler_stops_with_one_line(tmp_path):
     r = run_main(tmp_path / "w", "--config.sampler.name=bogus")
     assert r.returncode == 2
@@ -277,7 +302,7 @@ def test_a_field_the_new_part_lacks_is_one_line():
     assert "config.model.ch_mult is not a config field" in str(e.value) and "\n" not in str(e.value)
     with pytest.raises(ConfigError) as e:
         apply_switches(get_config(), part_switches(["--config.model.name=dit", "--config.model.depth=x"], get_config()))
-    assert "--config.model.depth='x' is not allowed: must be a int" in str(e.value)
+    assert "--config.model.depth='x' is not allowed: must be an integer" in str(e.value)
 
 
 def fuzzed_command_lines(n: int, seed: int = 0):
@@ -391,3 +416,82 @@ def test_a_bad_command_line_is_one_line_before_jax_starts(tmp_path, args, line):
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert (r.returncode, r.stderr.strip().splitlines()) == (2, [line]), r.stderr[-3000:]
     assert not (tmp_path / "w").exists()
+
+
+def test_a_mistyped_flag_or_a_broken_config_file_is_one_line_naming_where(tmp_path):
+    """A main.py flag that does not exist gets the nearest one (absl: "FATAL Flags parsing error", exit 1); a config
+    file that does not parse, or whose get_config raises, ends in its file, line and error (not a traceback through
+    absl and ml_collections): one line and status 2 each, nothing written."""
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    (tmp_path / "syntax.py").write_text("from configs.default import get_config as g\n\ndef get_config(:\n")
+    (tmp_path / "raises.py").write_text(
+        "from configs.default import get_config as g\n\n\ndef get_config():\n    c = g()\n"
+        "    c.train.lr = 1 / 0\n    return c\n"
+    )
+    cases = [
+        ([f"--work_dir={tmp_path}/W"], "error: --work_dir is not a flag of main.py; did you mean --workdir?"),
+        (
+            [f"--workdir={tmp_path}/W", "--mode=trian"],
+            "error: flag --mode=trian: value should be one of <train|eval|compile|show>",
+        ),
+        (
+            [f"--workdir={tmp_path}/W", f"--config={tmp_path}/syntax.py"],
+            f"error: --config={tmp_path}/syntax.py: {tmp_path}/syntax.py:3: SyntaxError: invalid syntax",
+        ),
+        (
+            [f"--workdir={tmp_path}/W", f"--config={tmp_path}/raises.py"],
+            f"error: --config={tmp_path}/raises.py: {tmp_path}/raises.py:6: ZeroDivisionError: division by zero",
+        ),
+    ]
+    for args, line in cases:
+        r = subprocess.run([sys.executable, f"{ROOT}/main.py", *args], cwd=ROOT, capture_output=True, text=True)
+        assert (r.returncode, r.stderr.strip().splitlines()) == (2, [line]), r.stderr[-3000:]
+    assert not (tmp_path / "W").exists()
+
+
+def test_show_mode_prints_every_field_with_what_it_allows(tmp_path):
+    """--mode=show: the checked config (overrides and part switches applied), one line per field that counts, with
+    its value, what it allows and whether it defines the run; no JAX devices, nothing written. --help names it."""
+    import subprocess
+    import sys
+
+    from config.overrides import apply_switches
+    from config.schema import active_fields
+    from configs.default import get_config
+    from conftest import ROOT, main_cmd
+
+    cmd = main_cmd("--mode=show", "--config.model.name=dit", "--config.train.lr=0.01")
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = [line for line in r.stdout.splitlines() if line.startswith("config.")]
+    expected = active_fields(apply_switches(get_config(), [("model.name", "dit")]))
+    assert [line.split(" = ")[0] for line in lines] == [f"config.{p}" for p in expected]
+    assert any(re.fullmatch(r"config\.train\.lr = 0\.01 +# a number >= 0\.0; may change on resume", x) for x in lines)
+    assert any(
+        re.fullmatch(r"config\.model\.name = 'dit' +# one of [\w, ]*\bunet\b[\w, ]*; defines the run", x) for x in lines
+    )
+    assert os.listdir(tmp_path) == []
+    r = subprocess.run([sys.executable, f"{ROOT}/main.py", "--help"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "--mode=show" in r.stdout and "docs/config.md" in r.stdout
+
+
+def test_a_step_too_large_for_the_memory_there_is_is_refused_before_it_runs(tmp_path):
+    """The compiled step's memory analysis against the memory a device has: a batch that needs more is one line
+    naming config.train.batch_size and both figures (on main, the kernel killed such a run: exit 137, no message);
+    the tiny step fits this machine."""
+    from training import aot
+    from training.setup import build
+
+    setup = build(tiny_config())
+    compiled, _ = aot.compile_step(setup, 1)  # the program of finished_run's main.py: in the compilation cache
+    assert aot.memory_problem(setup, compiled) is None
+    need = aot.peak_bytes(aot.step_report(setup, compiled, 0.0)) - aot.state_bytes_per_device(setup)
+    assert 0 < need < 2**30
+    assert aot.memory_problem(setup, compiled, available=need, source="test") is None
+    line = aot.memory_problem(setup, compiled, available=need - 1, source="what a test allows")
+    assert line.startswith("config.train.batch_size=16 is too large for this machine with this model (")
+    assert f"{(need - 1) / 2**30:.1f} GiB is available (what a test allows)" in line and "\n" not in line

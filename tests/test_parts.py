@@ -114,7 +114,7 @@ def test_a_sampler_defined_in_a_test_trains_resumes_and_is_checked(toy, tmp_path
     assert not (tmp_path / "bad" / "checkpoints").exists()
     # its fields define the run: a workdir of another smoothing is refused
     status, err = run(toy_config(**{"train.num_steps": 3, "sampler.toy_urn.smoothing": 2.0}), tmp_path / "one")
-    assert status == 2 and "config.sampler.toy_urn.smoothing: 1.0 in the workdir, 2.0 now" in err[0]
+    assert status == 2 and "(workdir -> now: config.sampler.toy_urn.smoothing: 1.0 -> 2.0)" in err[0]
 
 
 def test_registering_a_clashing_or_nameless_part_is_refused(toy):

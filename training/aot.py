@@ -4,12 +4,14 @@
 
 lowers and compiles the sharded step from abstract shapes only (no parameters are initialised, no data is read) and
 reports XLA's per-device memory (arguments, outputs, temporaries; donated state aliased to the output) and its
-FLOP estimate for one step. On a TPU pod slice run it on every host, as training would be.
+FLOP estimate for one step. On a TPU pod slice run it on every host, as training would be. Training checks the same
+memory analysis against the memory there is before its first step (memory_problem).
 """
 
 import time
 
 import jax
+import numpy as np
 
 from training import checkpoint as ckpt
 
@@ -24,6 +26,72 @@ def compile_step(setup, step=None):
     t0 = time.perf_counter()
     compiled = fn.lower(state, batch).compile()
     return compiled, time.perf_counter() - t0
+
+
+def state_bytes_per_device(setup) -> int:
+    """Bytes of the train state on one device (its shard of each array): already resident when the step runs."""
+    abstract = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
+    return sum(int(np.prod(x.sharding.shard_shape(x.shape))) * x.dtype.itemsize for x in jax.tree.leaves(abstract))
+
+
+def available_memory():
+    """(bytes one device can still allocate, where the figure comes from), or (None, why not): on CPU the host's
+    MemAvailable shared by its local devices, on an accelerator its allocator's limit less what is in use."""
+    devices = jax.local_devices()
+    if devices[0].platform == "cpu":
+        try:
+            with open("/proc/meminfo") as f:
+                kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+        except (OSError, StopIteration, ValueError):
+            return None, "no /proc/meminfo"
+        return kib * 1024 // len(devices), f"/proc/meminfo MemAvailable over {len(devices)} cpu device(s)"
+    stats = [d.memory_stats() for d in devices]
+    if not all(s and "bytes_limit" in s for s in stats):
+        return None, "the device reports no memory stats"
+    free = min(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats)
+    return free, f"{devices[0].platform} device memory: limit less in use"
+
+
+def memory_problem(setup, compiled, available=None, source="") -> str | None:
+    """One line if the compiled step needs more memory on a device than it has (`available` bytes; default: this
+    machine's, available_memory), else None: the step's peak from XLA's memory analysis (arguments + outputs -
+    donated aliases + temporaries) less the train state, which is already there."""
+    mem = compiled.memory_analysis()
+    if mem is None:
+        return None
+    if available is None:
+        available, source = available_memory()
+        if available is None:
+            return None
+    r = dict(argument_bytes=mem.argument_size_in_bytes, output_bytes=mem.output_size_in_bytes)
+    r.update(alias_bytes=mem.alias_size_in_bytes, temp_bytes=mem.temp_size_in_bytes)
+    need = peak_bytes(r) - state_bytes_per_device(setup)
+    if need <= available:
+        return None
+    c, gib = setup.config, lambda b: f"{b / 2**30:.1f} GiB"
+    n_params = sum(x.size for x in jax.tree.leaves(setup.abstract_state.params))
+    return (
+        f"config.train.batch_size={c.train.batch_size!r} is too large for this machine with this model "
+        f"({n_params:,} parameters): the train step needs {gib(need)} per device besides its state (XLA's memory "
+        f"analysis of the compiled step), {gib(available)} is available ({source}); use a smaller batch, or more "
+        "devices (docs/scale.md)"
+    )
+
+
+def check_memory(setup, compiled):
+    """Raise ConfigError (one line, memory_problem's) if the compiled step does not fit this machine; with several
+    processes, if it does not fit any of them (each checks its own host's memory), on every process."""
+    from config.validate import ConfigError
+
+    problem = memory_problem(setup, compiled)
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        bad = multihost_utils.process_allgather(np.int32(problem is not None))
+        if np.any(bad) and problem is None:
+            problem = "the train step does not fit another process's memory (its own error says how much)"
+    if problem:
+        raise ConfigError(problem)
 
 
 def loop_programs(setup):

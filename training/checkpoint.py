@@ -3,7 +3,8 @@
 The workdir keeps `run_config.json`: the fields that define a run, i.e. every field its spec does not mark mutable
 (config/schema.py: data, model, diffusion, seed, and the named sampler's and weighting's own fields).
 A later run in the same workdir may change anything else (steps, learning rate, logging, mesh), but a run that
-differs in a defining field stops with the list of differences instead of restoring checkpoints it cannot use.
+differs in a defining field stops with the differences, the part the user switched first, instead of restoring
+checkpoints it cannot use.
 A field added to the project after a workdir was written is absent from its run_config.json and taken to have had
 its default. A workdir that holds checkpoints but no run_config.json is refused: the config that wrote them is
 unknown, and re-creating the file from today's config would vouch for it.
@@ -72,13 +73,9 @@ def check_run_identity(config, workdir: str):
                 old[k] = new[k]
         diff = sorted(k for k in set(old) | set(new) if old.get(k, "<absent>") != new.get(k, "<absent>"))
         if diff:
-            shown = "; ".join(
-                f"config.{k}: {old.get(k, '<absent>')!r} in the workdir, {new.get(k, '<absent>')!r} now"
-                for k in diff[:5]
-            )
             raise WorkdirMismatch(
-                f"--workdir={workdir} holds checkpoints of a different run ({shown}). "
-                f"Use a new --workdir, or the workdir's config."
+                f"--workdir={workdir} holds checkpoints of a different run (workdir -> now: "
+                f"{describe_changes(old, new, diff)}). Use a new --workdir, or the workdir's config."
             )
     elif steps := checkpoint_steps(workdir):
         raise WorkdirMismatch(
@@ -90,6 +87,24 @@ def check_run_identity(config, workdir: str):
         tmp = path.parent / (path.name + ".tmp")  # a kill mid-write must not leave a truncated file behind
         tmp.write_text(json.dumps(ident, indent=2, sort_keys=True))
         tmp.rename(path)
+
+
+def describe_changes(old: dict, new: dict, diff: list, shown: int = 5) -> str:
+    """The differing defining fields `diff` of two flat run identities in one line, what the user changed first: a
+    section's part (config.sampler.name: 'adaptive' -> 'adaptive_noise') with the count of its section's fields that
+    differ because of it (another part has other fields), then the other fields, at most `shown` in all."""
+    value = lambda d, k: repr(d.get(k, "<absent>"))
+    parts = [k for k in diff if k.count(".") == 1 and k.endswith(".name")]
+    follows = {p: [k for k in diff if k != p and k.startswith(p[: -len("name")])] for p in parts}
+    rest = [k for k in diff if k not in parts and not any(k in f for f in follows.values())]
+    lines = []
+    for p in parts:
+        n = len(follows[p])
+        more = f", and {n} field{'s' if n != 1 else ''} of config.{p[: -len('.name')]} that follow from it" if n else ""
+        lines.append(f"config.{p}: {value(old, p)} -> {value(new, p)}{more}")
+    lines += [f"config.{k}: {value(old, k)} -> {value(new, k)}" for k in rest]
+    cut = f"; {len(lines) - shown} more" if len(lines) > shown else ""
+    return "; ".join(lines[:shown]) + cut
 
 
 # Orbax's replica-parallel saving slices every replicated array into one piece per replica, each slice an eagerly

@@ -17,6 +17,7 @@ import numpy as np
 from absl import logging
 
 from config.validate import check_workdir
+from core import progress
 from data import DATASETS, BatchIterator, data_fingerprints, load_split
 from diffusion.base import Sampling
 from evaluation.evaluate import PeriodicEval
@@ -206,7 +207,11 @@ class Loop:
         if self.is_main:
             what = "the train step" if len(programs) == 1 else f"the {len(programs)} train-step programs"
             print(f"Compiling {what} (once per run; the progress bar starts after it)...", file=sys.stderr, flush=True)
-        seconds = sum(aot.compile_step(self.setup, step)[1] for _, step in programs)
+        seconds = 0.0
+        for _, step in programs:
+            compiled, s = aot.compile_step(self.setup, step)
+            seconds += s
+            aot.check_memory(self.setup, compiled)  # refused before it runs out of memory
         if self.is_main:
             print(f"Compiled in {seconds:.1f} s", file=sys.stderr, flush=True)
 
@@ -235,8 +240,6 @@ class Loop:
             workers=c.data.workers,
         )
         self.writer = report.MetricWriter(self.workdir, enabled=self.is_main)
-        from tqdm import tqdm
-
         self.bar = None
         self.window, self.window_start = [], start
         self._start_clocks(start)  # train_seconds counts the compile, as when the first step compiled it
@@ -247,13 +250,8 @@ class Loop:
                 # a signal during the compile stops the run after its first step, with a checkpoint
                 self._compile(start)
                 wait_for_every_process("compiled")  # the first step's collectives find every process there
-                self.bar = tqdm(
-                    total=c.train.num_steps,
-                    initial=start,
-                    disable=not self.is_main,
-                    dynamic_ncols=True,
-                    desc="train",
-                    mininterval=0.5 if sys.stderr.isatty() else 30.0,
+                self.bar = progress.bar(
+                    c.train.num_steps, "train", unit="step", initial=start, enabled=self.is_main, in_logs=True
                 )
                 for step in range(start, c.train.num_steps):
                     _, batch = next(batches)
