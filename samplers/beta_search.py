@@ -37,12 +37,12 @@ from samplers.beta import BELOW_ONE
 from samplers.policy_update import probe_rows
 
 # the sign of each window of a round, by the round's parity: ABBA, then BAAB
-SIGNS = jnp.asarray([[1.0, -1.0, -1.0, 1.0], [-1.0, 1.0, 1.0, -1.0]], jnp.float32)
+SIGNS = np.asarray([[1.0, -1.0, -1.0, 1.0], [-1.0, 1.0, 1.0, -1.0]], np.float32)  # numpy: no backend at import
 
 
 def round_gradient(r, odd):
     """g in [-1, 1] from a round's four window reductions r [4] (module docstring); odd: the round's parity."""
-    s = SIGNS[odd.astype(jnp.int32)]
+    s = jnp.asarray(SIGNS)[odd.astype(jnp.int32)]
     plus, minus = jnp.sum(jnp.where(s > 0, r, 0.0)), jnp.sum(jnp.where(s < 0, r, 0.0))
     return (plus - minus) / jnp.maximum(jnp.abs(plus) + jnp.abs(minus), 1e-30)
 
@@ -93,7 +93,7 @@ class BetaSearchSampler(Sampler):
     def params_now(self, state):
         """(a, b) of the current window: theta + sigma s delta (theta itself before the first window's end)."""
         j = state["windows"] - 1
-        sign = jnp.where(j >= 0, SIGNS[(j // 4) % 2, j % 4], 0.0)
+        sign = jnp.where(j >= 0, jnp.asarray(SIGNS)[(j // 4) % 2, j % 4], 0.0)
         ab = jnp.exp(state["theta"] + self.cfg.sigma * sign * state["delta"])
         return ab[0], ab[1]
 

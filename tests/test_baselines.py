@@ -607,7 +607,8 @@ def test_out_of_range_parameters_are_refused_naming_the_field(field, value, need
 def test_unknown_weighting_lists_the_registered_ones():
     with pytest.raises(
         ConfigError,
-        match="config.weighting.name='p3' is not allowed: must be one of min_snr, none, p2, speed, uncertainty",
+        match="config.weighting.name='p3' is not allowed: must be one of likelihood, min_snr, none, p2, speed, "
+        "uncertainty",
     ):
         validate(tiny_config(**{"weighting.name": "p3"}))
 

@@ -265,7 +265,7 @@ def test_learned_sampler_draws_t_without_rounding_and_its_log_probability():
     geo = make("adaptive", Flow(), sweep_grid="geometric").grid
     lam = Flow().logsnr(geo)
     np.testing.assert_allclose(jnp.diff(lam), jnp.diff(lam)[0], rtol=1e-3)  # even in log SNR
-    assert s.reward_kind == "bound"
+    assert s.cfg.reward == "bound"
     iw = make("adaptive", Flow(), importance_weights=True, policy_channels=(4,), policy_hidden=(8,))
     t, w, aux = iw.sample(state, jax.random.PRNGKey(2), x0)
     np.testing.assert_allclose(w, 1 / stats.beta(a, b).pdf(np.asarray(t)), rtol=1e-4)

@@ -36,6 +36,19 @@ def test_the_page_shows_both_files_whole():
     assert "@PROCESSES.register" in files["diffusion/my_bare_path.py"]
 
 
+def test_importing_every_part_starts_no_jax_backend():
+    """The packages import all their part modules (config.registry.import_parts); a module that computed a jnp array
+    at import would start XLA's backend, after which a multi-process run can no longer call
+    jax.distributed.initialize (main.py does so after its imports)."""
+    code = (
+        "import samplers, weightings, models, data, diffusion, config.schema\n"
+        "from jax._src import xla_bridge\n"
+        "assert not xla_bridge._backends, sorted(xla_bridge._backends)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
 @pytest.mark.slow
 def test_a_sampler_and_a_process_added_as_the_page_says_train_from_the_command_line(tmp_path):
     repo = tmp_path / "repo"
