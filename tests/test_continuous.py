@@ -407,8 +407,8 @@ def test_a_new_samplers_needs_are_checked_by_what_it_declares():
             check_values(flow_config("vp", **over, **{"sampler.name": "test_inverting"}))
         assert str(e.value) == (
             "config.sampler.name='test_inverting' is not allowed with config.diffusion.schedule='learned': the "
-            "learned schedule has no inverse to map noise levels to times; use one of adaptive, antithetic, "
-            "test_plain, uniform"
+            "learned schedule has no inverse to map noise levels to times; use one of adaptive, antithetic, beta, "
+            "beta_search, test_plain, uniform"
         )
     finally:
         for cls in (PlainSampler, InvertingSampler):
