@@ -26,6 +26,7 @@ from jax.scipy.stats import beta as beta_dist
 from scipy.special import betainc
 
 from config.fields import Bool, Num
+from config.registry import FIXED_SCHEDULE, Need
 from samplers.base import SAMPLERS, FixedTableSampler
 
 BELOW_ONE = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
@@ -48,6 +49,14 @@ class BetaSampler(FixedTableSampler):
         importance_weights=Bool(False),
         uniform_mix=Num(0.0, 0, 1, hi_open=True, note="m: the share of draws that are uniform (a floor under q)"),
     )
+
+    @classmethod
+    def needs(cls, cfg):
+        out = super().needs(cfg)
+        if not cfg.importance_weights:  # a weighting of the objective: as the learned sampler's own need says
+            why = "a learned schedule descends the bound only where t is uniform or importance-weighted"
+            out.append(Need(FIXED_SCHEDULE, "importance_weights", False, "True", why))
+        return out
 
     @classmethod
     def table(cls, cfg, process):

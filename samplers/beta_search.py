@@ -32,6 +32,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from config.fields import FieldError, Int, Num
+from config.registry import FIXED_SCHEDULE, Need
 from samplers.base import SAMPLERS, Sampler
 from samplers.beta import BELOW_ONE
 from samplers.policy_update import probe_rows
@@ -64,6 +65,11 @@ class BetaSearchSampler(Sampler):
         probe_chunk_rows=Int(64, 0, note="rows per device at a time when the probe is evaluated (0: all)"),
         uniform_mix=Num(0.0, 0, 1, hi_open=True),
     )
+
+    @classmethod
+    def needs(cls, cfg):
+        why = "it learns a weighting of the objective; a learned schedule descends the bound only where t is uniform"
+        return [*super().needs(cfg), Need(FIXED_SCHEDULE, why=why)]
 
     @classmethod
     def check(cls, cfg, ctx):

@@ -831,3 +831,14 @@ def test_beta_search_moves_theta_by_the_abba_rounds_by_hand():
         delta = np.asarray(state["delta"], np.float64)
     np.testing.assert_array_equal(np.abs(delta), 1.0)
     assert int(state["windows"]) == len(bounds)
+
+
+def test_fixed_and_searched_betas_need_a_fixed_schedule_unless_weighted():
+    """VDM's learned schedule descends the bound only under uniform or importance-weighted t: `beta` without its
+    weights and `beta_search` (a weighting learner) are refused in one line; `beta` with its weights is allowed."""
+    over = {"diffusion.schedule": "learned", "sampler.name": "beta"}
+    with pytest.raises(ConfigError, match=r"config\.sampler\.beta\.importance_weights=False is not allowed"):
+        flow_config("vp,", **over)
+    flow_config("vp,", **over, **{"sampler.beta.importance_weights": True})
+    with pytest.raises(ConfigError, match=r"config\.sampler\.name='beta_search' is not allowed"):
+        flow_config("vp,", **{**over, "sampler.name": "beta_search"})

@@ -154,7 +154,8 @@ def test_masked_lm_trains_resumes_samples_and_evaluates(tmp_path, capsys):
     assert main.run(c, str(tmp_path / "run"), "eval") == 0
     record = json.load(open(sorted((tmp_path / "run" / "eval").glob("step_*.json"))[-1]))
     assert 3.0 < record["nll_bpd"]["value"] < 5.5, record
-    assert open(record["samples"]["path"]).read().count("\n") == c.eval.num_samples
+    samples_file = tmp_path / "run" / record["samples"]["path"]  # relative to the workdir
+    assert open(samples_file).read().count("\n") == c.eval.num_samples
     _, full, resumed = full_and_resumed(c, str(tmp_path / "resume"), steps=4)
     jax.tree.map(np.testing.assert_array_equal, full, resumed)
 
