@@ -39,6 +39,16 @@ def beta_cell_masses(T: int, a: float, b: float, mix: float = 0.0) -> np.ndarray
     return (1.0 - mix) * np.diff(cdf) + mix / T
 
 
+def draw_unit(key, a, b, n: int, mix: float):
+    """n draws of u from (1 - mix) Beta(a, b) + mix U[0, 1), kept below 1: [n] float32."""
+    key_beta, key_mix, key_uniform = jax.random.split(key, 3)
+    u = jax.random.beta(key_beta, a, b, (n,), jnp.float32)
+    if mix > 0.0:
+        pick = jax.random.uniform(key_mix, (n,)) < mix
+        u = jnp.where(pick, jax.random.uniform(key_uniform, (n,), jnp.float32), u)
+    return jnp.minimum(u, BELOW_ONE)
+
+
 @SAMPLERS.register
 class BetaSampler(FixedTableSampler):
     name = "beta"
@@ -73,12 +83,7 @@ class BetaSampler(FixedTableSampler):
         return logp if m == 0.0 else jnp.logaddexp(jnp.log1p(-m) + logp, jnp.log(m))
 
     def exact(self, key, n):
-        key_beta, key_mix, key_uniform = jax.random.split(key, 3)
-        u = jax.random.beta(key_beta, self.cfg.a, self.cfg.b, (n,), jnp.float32)
-        if self.cfg.uniform_mix > 0.0:
-            pick = jax.random.uniform(key_mix, (n,)) < self.cfg.uniform_mix
-            u = jnp.where(pick, jax.random.uniform(key_uniform, (n,), jnp.float32), u)
-        return jnp.minimum(u, BELOW_ONE)
+        return draw_unit(key, self.cfg.a, self.cfg.b, n, self.cfg.uniform_mix)
 
     def sample(self, state, key, x0):
         B = x0.shape[0]

@@ -34,7 +34,7 @@ import numpy as np
 from config.fields import FieldError, Int, Num
 from config.registry import FIXED_SCHEDULE, Need
 from samplers.base import SAMPLERS, Sampler
-from samplers.beta import BELOW_ONE
+from samplers.beta import draw_unit
 from samplers.policy_update import probe_rows
 
 # the sign of each window of a round, by the round's parity: ABBA, then BAAB
@@ -106,12 +106,7 @@ class BetaSearchSampler(Sampler):
     def sample(self, state, key, x0):
         B = x0.shape[0]
         a, b = self.params_now(state)
-        key_beta, key_mix, key_uniform = jax.random.split(key, 3)
-        u = jax.random.beta(key_beta, a, b, (B,), jnp.float32)
-        if self.cfg.uniform_mix > 0.0:
-            pick = jax.random.uniform(key_mix, (B,)) < self.cfg.uniform_mix
-            u = jnp.where(pick, jax.random.uniform(key_uniform, (B,), jnp.float32), u)
-        t = self.time.from_unit(jnp.minimum(u, BELOW_ONE), "floor")
+        t = self.time.from_unit(draw_unit(key, a, b, B, self.cfg.uniform_mix), "floor")
         return t, jnp.ones((B,), jnp.float32), {}
 
     def probe_bound(self, state, ctx, params):
