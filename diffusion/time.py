@@ -12,7 +12,6 @@ place). What they give (the TimeDomain protocol):
     uniform(key, n)              uniform t: randint(0, T) | uniform[0, 1)
     from_unit(u, rounding)       u -> t: floor(u T) clipped ("floor": equal cells, uniform u gives uniform t) or
                                  round(u (T - 1)) ("nearest", the learned sampler's rounding, as its reference) | u
-    to_unit(t)                   t -> u: the middle of t's "floor" cell, (t + 1/2) / T | t
     probability(t, cdf, logpdf)  a distribution of u (its CDF and log-density) at t: the mass of t's "nearest" cell |
                                  the density; `cells` (T | 1) turns either into the ratio to uniform t
     unit_edges(num_bins)         the u-edges of the diagnostic bins of t (`bins`) under "nearest" rounding
@@ -85,7 +84,7 @@ def continuous_grid(process, K: int, kind: str = "even"):
 class TimeDomain(Protocol):
     """What a time domain answers (the module docstring says how each domain does): the contract DiscreteTime and
     ContinuousTime keep, and the one a process's `time_domain` must keep. Its users: the timestep samplers
-    (uniform, from_unit, to_unit, probability, draw, strata), the loss weightings (weights), the learned sampler
+    (uniform, from_unit, probability, draw, strata), the loss weightings (weights), the learned sampler
     alone (sweep, first, unit_edges, cells, cell_share), the train step's diagnostics and the pictures (bins,
     extent)."""
 
@@ -98,7 +97,6 @@ class TimeDomain(Protocol):
 
     def uniform(self, key, n: int): ...
     def from_unit(self, u, rounding: str = "floor"): ...
-    def to_unit(self, t): ...
     def probability(self, t, cdf: Callable, logpdf: Callable): ...
     def unit_edges(self, num_bins: int): ...
     def bins(self, t, num_bins: int): ...
@@ -129,9 +127,6 @@ class DiscreteTime:
         if rounding == "nearest":
             return jnp.round(u * (T - 1)).astype(jnp.int32)
         return jnp.minimum(jnp.floor(u * T), T - 1).astype(jnp.int32)
-
-    def to_unit(self, t):
-        return (jnp.asarray(t, jnp.float32) + 0.5) / self.size
 
     def probability(self, t, cdf, logpdf):
         """The mass of t's "nearest" cell [(t - 1/2) / (T - 1), (t + 1/2) / (T - 1)) of u, clipped to [0, 1]."""
@@ -185,9 +180,6 @@ class ContinuousTime:
 
     def from_unit(self, u, rounding: str = "floor"):
         return u
-
-    def to_unit(self, t):
-        return t
 
     def probability(self, t, cdf, logpdf):
         return jnp.exp(logpdf(t))

@@ -20,8 +20,6 @@ import numpy as np
 from core import fingerprint
 from evaluation import classifier, frechet
 
-DIGITS = ("digits", "digits_tfds", "mnist")  # datasets with an embedded classifier (classifier.py)
-
 
 def classifier_dataset(config) -> str:
     """The embedded dataset whose classifier scores this config's images (a latent dataset: its source)."""

@@ -13,8 +13,6 @@ import jax
 import jax.numpy as jnp
 from jax.scipy.special import betainc, betaln, digamma
 
-from diffusion.time import DiscreteTime
-
 U_EPS = 1e-6  # u is clipped into (U_EPS, 1 - U_EPS) before its log-density
 
 
@@ -45,11 +43,6 @@ def beta_log_prob(u, a, b):
 
 def beta_entropy(a, b):
     return betaln(a, b) - (a - 1.0) * digamma(a) - (b - 1.0) * digamma(b) + (a + b - 2.0) * digamma(a + b)
-
-
-def u_to_t(u, num_timesteps: int):
-    """t = round(u (T - 1)), as int32: the chain's "nearest" rounding (diffusion/time.py DiscreteTime.from_unit)."""
-    return DiscreteTime(num_timesteps).from_unit(u, "nearest")
 
 
 def sample_u(key, a, b):

@@ -13,10 +13,11 @@ from config.validate import ConfigError, validate
 from conftest import tiny_config
 from data import load_split
 from diffusion import make_process
+from diffusion.time import DiscreteTime, sweep_grid
 from models import make_model
 from samplers import StepContext, make_sampler
 from samplers.fstat import f_statistic, select_k_best
-from samplers.policy import BetaPolicy, beta_entropy, beta_log_prob, u_to_t
+from samplers.policy import BetaPolicy, beta_entropy, beta_log_prob
 from training.step import make_rows_fn, to_float
 
 
@@ -39,7 +40,8 @@ def test_beta_density_entropy_and_rounding():
     np.testing.assert_allclose(np.asarray(beta_log_prob(u, a, b)), stats.beta.logpdf(u, a, b), rtol=1e-4)
     np.testing.assert_allclose(np.asarray(beta_entropy(a, b)), stats.beta.entropy(a, b), rtol=1e-4, atol=1e-5)
     assert np.isfinite(float(beta_log_prob(jnp.array(0.0), 0.5, 0.5)))  # u clipped into (eps, 1 - eps)
-    np.testing.assert_array_equal(np.asarray(u_to_t(jnp.array([0.0, 0.5, 0.4995, 1.0]), 1000)), [0, 500, 499, 999])
+    u = jnp.array([0.0, 0.5, 0.4995, 1.0])
+    np.testing.assert_array_equal(DiscreteTime(1000).from_unit(u, "nearest"), [0, 500, 499, 999])  # round(u (T - 1))
 
 
 @pytest.mark.parametrize("rows", [2, 7, 20])
@@ -440,8 +442,6 @@ def test_geometric_sweep_grid_and_the_policy_density_diagnostics():
     from scipy import stats as st
 
     from diffusion.gaussian import stratum_edges
-    from diffusion.time import DiscreteTime
-    from samplers.adaptive import sweep_grid
     from samplers.policy import bins_mass
 
     even, geo = np.asarray(sweep_grid(1000, 20)), np.asarray(sweep_grid(1000, 20, "geometric"))

@@ -221,8 +221,8 @@ def test_a_process_missing_a_member_of_the_contract_is_refused_in_one_line():
         PROCESSES.register(type("Loose", (), {"name": "loose"}))
 
 
-def test_the_time_domains_draw_as_the_samplers_did():
-    """Uniform draws, the unit maps and the probability of a cell, against the formulas the samplers had."""
+def test_the_time_domains_against_their_formulas():
+    """Uniform draws, the unit maps and the probability of a cell, against their formulas."""
     key = jax.random.PRNGKey(3)
     d, c = DiscreteTime(1000), ContinuousTime(50)
     np.testing.assert_array_equal(d.uniform(key, 64), jax.random.randint(key, (64,), 0, 1000, dtype=jnp.int32))
@@ -232,7 +232,6 @@ def test_the_time_domains_draw_as_the_samplers_did():
     np.testing.assert_array_equal(d.from_unit(u, "floor"), [0, 0, 0, 499, 500, 999, 999])
     np.testing.assert_array_equal(d.from_unit(u, "nearest"), [0, 0, 1, 499, 500, 999, 999])  # round(u 999)
     np.testing.assert_array_equal(c.from_unit(u), u)
-    np.testing.assert_array_equal(d.from_unit(d.to_unit(jnp.arange(1000))), np.arange(1000))
     # the mass of a step's rounding cell [(t - 1/2) / 999, (t + 1/2) / 999) under a uniform u: 1/999, halved at the ends
     cdf = lambda x: x
     np.testing.assert_allclose(
