@@ -22,7 +22,7 @@ def compile_step(setup, step=None):
     c = setup.config
     state = ckpt.abstract_with_shardings(setup.abstract_state, setup.state_shardings)
     batch = setup.abstract_batch(c.train.batch_size)
-    fn = setup.step_fn if step is None else setup.step_for(step)
+    fn = setup.step_for(step)
     t0 = time.perf_counter()
     compiled = fn.lower(state, batch).compile()
     return compiled, time.perf_counter() - t0

@@ -30,8 +30,9 @@ TRACES: collections.Counter = collections.Counter()  # name -> times traced (a P
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
 class Setup:
-    """The parts a run builds from its config (`build`), named. The train step is made from them when first used;
-    `compiled` keeps the jitted helpers (sampling, the bound), each made once."""
+    """The parts a run builds from its config (`build`), named. The train step is made from them when first used:
+    `make_step` the pure function, `step_for` the jitted program; `compiled` keeps the jitted functions (the steps,
+    sampling, the bound), each made once."""
 
     config: Any
     mesh: Any
@@ -46,22 +47,28 @@ class Setup:
     compiled: Dict[Any, Callable] = dataclasses.field(default_factory=dict)  # jitted helpers, built once each
 
     def make_step(self, periodic=None) -> Callable:
-        """The raw pure step (training/step.py): periodic None decides the sampler's periodic update on the device,
-        True / False compiles one kind of step (Sampler.period)."""
-        return make_train_step(self, periodic)
+        """The pure step (state, batch) -> (state, metrics) of training/step.py, not jitted: periodic None decides
+        the sampler's periodic update on the device, True / False makes one kind of step (Sampler.period). Each
+        trace counts in TRACES[("step", periodic)]."""
+        step = make_train_step(self, periodic)
 
-    @functools.cached_property
-    def train_step(self) -> Callable:
-        """The raw pure step that decides the sampler's periodic update on the device."""
-        return self.make_step(None)
+        @functools.wraps(step)
+        def traced(state, batch):
+            TRACES[("step", periodic)] += 1
+            return step(state, batch)
 
-    @functools.cached_property
-    def step_fn(self) -> Callable:
-        """train_step jitted with shardings, state donated."""
-        return self.jit_step(self.train_step)
+        return traced
 
-    def jit_step(self, fn):
-        """jit a (state, batch) -> (state, metrics) function with the train step's shardings, state donated."""
+    def step_for(self, step: int | None = None) -> Callable:
+        """The jitted step (the state's shardings, state donated) that the loop runs at step `step`: for a sampler
+        with a period, one program for the steps that do its periodic update and one for the others (each compiled
+        once, when first used), so that most steps carry neither the update's lax.cond nor its scratch memory. With
+        step None, or a sampler without a period, the one program that decides the update on the device."""
+        period = self.sampler.period()
+        periodic = None if step is None or period is None else step % period == 0
+        return self.cached(("step", periodic), lambda: self._jit(self.make_step(periodic)))
+
+    def _jit(self, fn):
         return jax.jit(
             fn,
             in_shardings=(self.state_shardings, self.batch_sharding),
@@ -74,16 +81,6 @@ class Setup:
         if key not in self.compiled:
             self.compiled[key] = make()
         return self.compiled[key]
-
-    def step_for(self, step: int) -> Callable:
-        """The jitted step that the loop runs at step `step`: for a sampler with a period, one program for the
-        steps that do its periodic update and one for the others (each compiled once, when first used), so that
-        most steps carry neither the update's lax.cond nor its scratch memory; else step_fn."""
-        period = self.sampler.period()
-        if period is None:
-            return self.step_fn
-        periodic = step % period == 0
-        return self.cached(("step", periodic), lambda: self.jit_step(self.make_step(periodic)))
 
     def batch_shape(self, batch: int):
         return image_shape(self.config.data, batch)
