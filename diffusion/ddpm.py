@@ -7,8 +7,8 @@ Formulas follow openai/improved-diffusion (`gaussian_diffusion.py`); docs/method
 Images are in [-1, 1] with shape [B, H, W, C], timesteps are int32 [B].
 
 Choices written down:
-- `clip_denoised` clips the predicted x0 to [-1, 1] before forming the model mean. Training-time terms (the learned
-  sampler's reward) use False, the evaluation NLL uses True, both as in improved-diffusion.
+- `clip_x0` clips the predicted x0 to [-1, 1], the data's range, before forming the model mean (improved-diffusion's
+  clip_denoised). Training-time terms (the learned sampler's reward) use False, the evaluation NLL of pixels True.
 - The bound's terms: the Gaussian KL for t > 0, the discretised decoder NLL for t = 0, and the prior KL at T - 1
   (`nll_bpd`); the learned sampler's reward uses the Gaussian KL at every t, t = 0 included (`row_terms(kind="kl")`).
 
@@ -181,11 +181,8 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
     # -- forward process and training --------------------------------------------------------------------------
     def q_sample(self, x0, t, noise):
         """x_t = sqrt(ab_t) x0 + sqrt(1 - ab_t) eps."""
-        s = self.schedule
-        return (
-            self._at(s.sqrt_alphas_cumprod, t, x0.ndim) * x0
-            + self._at(s.sqrt_one_minus_alphas_cumprod, t, x0.ndim) * noise
-        )
+        s, n = self.schedule, x0.ndim
+        return self._at(s.sqrt_alphas_cumprod, t, n) * x0 + self._at(s.sqrt_one_minus_alphas_cumprod, t, n) * noise
 
     def q_mean_variance(self, x0, t):
         """Mean, variance, log-variance of q(x_t | x0)."""
@@ -219,7 +216,7 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
         mse: as example_mse (the mean part against the target; no gradient reaches the variance channels).
         vb: already scaled, ready to add: vb = vb_weight * T * L_t(x0, t), where L_t is the bound term of
         vb_terms_bpd (bits/dim: mean over dimensions / ln 2; the Gaussian KL for t > 0, the decoder NLL for t = 0;
-        clip_denoised=False), computed with the mean part under stop_gradient, so vb trains only the variance
+        clip_x0=False), computed with the mean part under stop_gradient, so vb trains only the variance
         channels. This is improved-diffusion's RESCALED_MSE (`terms["vb"] *= num_timesteps / 1000.0`, as DiT
         trains): L_hybrid = L_simple + lambda L_vlb with L_vlb = sum_t L_t estimated by T L_t, lambda = vb_weight
         = 0.001. The caller forms loss = mean(w_sampler * (w(t) * mse + vb)) and adds no factor of its own;
@@ -232,7 +229,7 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
         if v is None:
             return mse, jnp.zeros_like(mse)
         frozen = jnp.concatenate([jax.lax.stop_gradient(out), v], axis=-1)
-        vb = self.vb_terms_bpd(x0, xt, t, frozen, clip_denoised=False)
+        vb = self.vb_terms_bpd(x0, xt, t, frozen, clip_x0=False)
         return mse, self.vb_scale * vb
 
     # -- reverse process ---------------------------------------------------------------------------------------
@@ -283,30 +280,29 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
             table = s.posterior_log_variance_clipped
         return self._at(table, t, ndim)
 
-    def p_mean_variance(self, xt, t, out, clip_denoised: bool):
+    def p_mean_variance(self, xt, t, out, clip_x0: bool):
         """Mean and log-variance of p_theta(x_{t-1} | x_t) given the network output `out`; also x0_hat.
         The log-variance is [B, 1, ..., 1] for a fixed variance, [B, ..., C] for a learned one."""
         out, v = self.split_out(out, xt.shape[-1])
         x0_hat = self._predict_x0(xt, t, out)
-        if clip_denoised:
-            x0_hat = jnp.clip(x0_hat, -1.0, 1.0)
+        x0_hat = jnp.clip(x0_hat, -1.0, 1.0) if clip_x0 else x0_hat
         mean, _, _ = self.q_posterior(x0_hat, xt, t)
         return mean, self.model_log_variance(t, xt.ndim, v), x0_hat
 
     # -- the variational bound, in bits/dim --------------------------------------------------------------------
-    def vb_terms_bpd(self, x0, xt, t, out, clip_denoised: bool = False):
+    def vb_terms_bpd(self, x0, xt, t, out, clip_x0: bool = False):
         """Per-example bound term L_t in bits/dim, shape [B]: the Gaussian KL for t > 0, the decoder NLL for t = 0."""
         true_mean, _, true_logvar = self.q_posterior(x0, xt, t)
-        mean, logvar, _ = self.p_mean_variance(xt, t, out, clip_denoised)
+        mean, logvar, _ = self.p_mean_variance(xt, t, out, clip_x0)
         kl = mean_flat(normal_kl(true_mean, true_logvar, mean, logvar)) / LN2
         nll = -mean_flat(discretized_gaussian_log_likelihood(x0, mean, 0.5 * logvar)) / LN2
         return jnp.where(t == 0, nll, kl)
 
-    def kl_terms_bpd(self, x0, xt, t, out, clip_denoised: bool = False):
+    def kl_terms_bpd(self, x0, xt, t, out, clip_x0: bool = False):
         """The Gaussian KL in bits/dim at every t, t = 0 included (the learned sampler's reward,
         docs/method.md#reward)."""
         true_mean, _, true_logvar = self.q_posterior(x0, xt, t)
-        mean, logvar, _ = self.p_mean_variance(xt, t, out, clip_denoised)
+        mean, logvar, _ = self.p_mean_variance(xt, t, out, clip_x0)
         return mean_flat(normal_kl(true_mean, true_logvar, mean, logvar)) / LN2
 
     def prior_bpd(self, x0):
@@ -315,11 +311,11 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
         mean, _, logvar = self.q_mean_variance(x0, t)
         return mean_flat(normal_kl(mean, logvar, 0.0, 0.0)) / LN2
 
-    def bound_terms(self, apply_fn, x0, ts, noise, *, kind: str = "bound", clip_denoised: bool = False, max_rows=0):
+    def bound_terms(self, apply_fn, x0, ts, noise, *, kind: str = "bound", clip_x0: bool = False, max_rows=0):
         """Bound terms for many timesteps at once: x0 [B, H, W, C], ts [K], noise [K, B, H, W, C] -> [B, K] bits/dim
-        (kind as row_terms; clip_denoised clips the predicted x0, as the evaluation of 8-bit pixels does).
+        (kind as row_terms; clip_x0 clips the predicted x0 to [-1, 1], as the evaluation of 8-bit pixels does).
         `apply_fn(xt, t)` runs the network on a flat batch; max_rows bounds the rows per call (fold_timesteps)."""
-        rows = lambda x0r, tr, nr: self._row_terms(apply_fn, x0r, tr, nr, kind, clip_denoised)
+        rows = lambda x0r, tr, nr: self._row_terms(apply_fn, x0r, tr, nr, kind, clip_x0)
         return fold_timesteps(rows, x0, ts, noise, max_rows)
 
     def row_terms(self, apply_fn, x0, t, noise, *, kind: str = "bound"):
@@ -328,10 +324,10 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
         reference's reward, docs/method.md#reward)."""
         return self._row_terms(apply_fn, x0, t, noise, kind, False)
 
-    def _row_terms(self, apply_fn, x0, t, noise, kind, clip_denoised):
+    def _row_terms(self, apply_fn, x0, t, noise, kind, clip_x0):
         fn = self.kl_terms_bpd if kind == "kl" else self.vb_terms_bpd
         xt = self.q_sample(x0, t, noise)
-        return fn(x0, xt, t, apply_fn(xt, t), clip_denoised)
+        return fn(x0, xt, t, apply_fn(xt, t), clip_x0)
 
     def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0):
         """The full bound, NLL <= sum_{t=0}^{T-1} L_t + L_T, in bits/dim per example. Every t gets its own noise.
@@ -340,7 +336,7 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
         """
         ts = jnp.arange(self.num_timesteps, dtype=jnp.int32)
         noise = jax.random.normal(key, (self.num_timesteps,) + x0.shape, x0.dtype)
-        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_denoised=clip_denoised, max_rows=max_rows)
+        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_x0=clip_denoised, max_rows=max_rows)
         prior = self.prior_bpd(x0)
         return terms.sum(axis=1) + prior, terms, prior
 
@@ -350,7 +346,7 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
         one timestep and the estimate is exactly nll_bpd."""
         ts, weights = stratified_timesteps(self.num_timesteps, num_t, jax.random.fold_in(key, 0x7157))
         noise = jax.random.normal(key, (num_t,) + x0.shape, x0.dtype)
-        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_denoised=clip_denoised, max_rows=max_rows)
+        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_x0=clip_denoised, max_rows=max_rows)
         return (terms * weights).sum(axis=1) + self.prior_bpd(x0)
 
     def nll_bpd_strata(
@@ -364,7 +360,7 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
         d, n = decoder_draws, strata * per_stratum
         ts = jnp.concatenate([jnp.zeros((d,), jnp.int32), ts.reshape(-1)])
         noise = jax.random.normal(key, (d + n,) + x0.shape, x0.dtype)
-        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_denoised=clip_denoised, max_rows=max_rows)
+        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_x0=clip_denoised, max_rows=max_rows)
         parts = terms[:, d:].reshape(x0.shape[0], strata, per_stratum) * sizes[:, None]
         return terms[:, :d], parts, self.prior_bpd(x0)
 

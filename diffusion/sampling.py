@@ -3,7 +3,7 @@
 `apply_fn(x, t) -> out` is the network on a batch; t has shape [B]; `out` may carry learned variance channels
 (process.out_channels), the samples have the channels of `shape`. `process` gives the reverse-process pieces
 (p_mean_variance, predict_x0, predict_eps, its schedule); DDIM uses only the mean part of `out` (predict_x0).
-Samples are clipped x0-predictions at every step (clip_denoised=True), as in the DDPM and improved-diffusion samplers.
+Samples are clipped x0-predictions at every step (clip=True), as in the DDPM and improved-diffusion samplers.
 DDIM uses `num_steps` timesteps evenly spaced over 0..T-1 (rounded down, always including 0 and the last step),
 eta = 0 by default.
 """
@@ -22,15 +22,15 @@ def same(x):
 def ancestral(apply_fn, process, key, shape, constrain=same, clip: bool = True):
     """Run all T reverse steps from x_{T-1} ~ the prior (process.prior_sample: N(0, I)). Returns x0 in [-1, 1]
     (clip=False: unclipped, for latents, whose values are not bounded; DiT and the LDM sample latents with
-    clip_denoised=False). `constrain` (e.g. a sharding constraint over the batch) is applied to every array of the
-    sample's shape."""
+    improved-diffusion's clip_denoised=False). `constrain` (e.g. a sharding constraint over the batch) is applied to
+    every array of the sample's shape."""
     key, k0 = jax.random.split(key)
     x = constrain(process.prior_sample(k0, shape))
     T = process.num_timesteps
 
     def body(x, i):
         t = jnp.full(shape[:1], T - 1 - i, jnp.int32)
-        mean, logvar, _ = process.p_mean_variance(x, t, apply_fn(x, t), clip_denoised=clip)
+        mean, logvar, _ = process.p_mean_variance(x, t, apply_fn(x, t), clip_x0=clip)
         z = constrain(jax.random.normal(jax.random.fold_in(key, i), shape))
         nonzero = (t > 0).astype(x.dtype).reshape(-1, *([1] * (x.ndim - 1)))
         return constrain(mean + nonzero * jnp.exp(0.5 * logvar) * z), None

@@ -41,9 +41,9 @@ chain the Gaussian KL (the paper) and in continuous time the ELBO integrand -1/2
 bits/dim (continuous.elbo_integrand; the same objective carried over) times 1 / grid: the integrand is per unit of
 t, so one grid cell's share of the bound is the counterpart of one step's KL on a chain of grid steps, and every
 field (entropy_coef, policy_grad_clip, policy_lr) means the same in both domains; "loss" the reduction of the
-training objective w(t) MSE at S (plus a learned variance's term). The default, "bound", is the paper's objective,
-and in continuous time it was chosen over "loss" by measurement, before the per-cell scale
-(docs/benchmarks.md#flow-matching-on-the-digits-2026-12-01).
+training objective w(t) MSE at S (plus a learned variance's term). The default, "bound", is the paper's objective;
+in continuous time it measured better than "loss"
+(docs/benchmarks/first_runs.md#flow-matching-on-the-digits-2026-12-01).
 """
 
 import jax
@@ -53,7 +53,6 @@ from jax.scipy.special import betainc
 
 from config.fields import Bool, Choice, ConfigError, FieldError, Int, Ints, Num
 from config.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE, LIKELIHOOD, Need
-from diffusion.time import continuous_grid, sweep_grid  # noqa: F401 (the sweep grids, importable from here)
 from samplers import policy_diagnostics
 from samplers.base import SAMPLERS, Sampler
 from samplers.policy import BetaPolicy, beta_entropy, beta_log_prob, bins_mass, sample_u
@@ -105,9 +104,8 @@ class AdaptiveSampler(Sampler):
         # loss weights 1 / (T p(t)), p the (mixed) probability of t's rounding bin, floored at MIN_BIN_MASS / T
         # (reference: none; the density deliberately re-weights the objective)
         importance_weights=Bool(False),
-        # The changes below keep a step with this sampler close to a uniform step, amortised over f_S, on the digits'
-        # small model (docs/benchmarks.md#the-learned-samplers-own-settings). configs/cifar10.py keeps the reference
-        # probe.
+        # The changes below keep a step close to a uniform step, amortised over f_S, on the digits' small model
+        # (docs/benchmarks/speed.md#the-learned-samplers-own-settings); configs/cifar10.py keeps the reference probe.
         # Sweep every 20th timestep (reference: all T): the sweep is most of an update's cost; S is then chosen among
         # the timesteps 0, 20, 40, ... ("even"), or among as many geometrically spaced ones ("geometric")
         sweep_stride=Int(20, 1, "T"),
@@ -116,18 +114,15 @@ class AdaptiveSampler(Sampler):
         # Images probed for the reward, spread evenly over the batch (reference: -1, the whole batch); a multiple of
         # the data axis's device count, so that every device probes as many
         probe_batch_size=Int(32, 1, extra=(-1,)),
-        # Changed from the reference (fresh noise after the update): the same noise and dropout masks before and
-        # after the update remove the noise's own variance from the reward without biasing it (common random
-        # numbers).
+        # The reference draws fresh noise after the update; the same noise and dropout masks before and after it
+        # remove the noise's own variance from the reward without biasing it (common random numbers).
         common_noise=Bool(True),
         probe_dropout=Bool(True),  # probe in train mode, dropout on (reference)
-        # Probes and sweep run the network on at most this many rows per device at a time (0: all at once); each
-        # chunk draws its own dropout masks. Not in the reference. Small chunks bound the update's scratch memory,
-        # which XLA sizes for the largest branch (docs/benchmarks.md#the-learned-samplers-own-settings).
+        # Probes and sweep run the network on at most this many rows per device at a time (0: all at once), each
+        # chunk with dropout masks of its own (not in the reference): XLA sizes the update's scratch memory by it.
         probe_chunk_rows=Int(16, 0),
         # A quarter of the reference policy's width (32, 64, 128 / 256, 256): its forward pass runs on every step,
-        # where at full width it is a visible share of the digits' small UNet's step
-        # (docs/benchmarks.md#the-learned-samplers-own-settings).
+        # where at full width it is a visible share of the digits' small UNet's step.
         policy_channels=Ints((8, 16, 32), 1, allow_empty=True),
         policy_hidden=Ints((64, 64), 1, allow_empty=True),
         # bins of t for the diagnostics of the policy's density (sampler/policy_density in metrics.jsonl)
@@ -195,54 +190,35 @@ class AdaptiveSampler(Sampler):
             )
         T, B = ctx["T"], ctx["B"]
         K = len(range(0, T, cfg.sweep_stride))
+
+        def refuse(field, why):
+            raise FieldError(field, getattr(cfg, field), why)
+
         if not cfg.num_selected <= K:
-            raise FieldError(
-                "num_selected",
-                cfg.num_selected,
-                f"|S| must be in 1..{K}: at most T={T} and at most the {K} timesteps of the sweep grid "
-                f"(stride {cfg.sweep_stride})",
-            )
-        skip = int(cfg.data_end == "exclude")
-        if cfg.data_end == "exclude" and not cfg.num_selected <= K - skip:
-            raise FieldError(
-                "num_selected",
-                cfg.num_selected,
-                f"must be at most {K - 1} with data_end=exclude: the sweep grid's {K} times less the data end",
-            )
+            why = f"|S| must be in 1..{K}: at most T={T} and at most the {K} timesteps of the sweep grid"
+            refuse("num_selected", f"{why} (stride {cfg.sweep_stride})")
+        if cfg.data_end == "exclude" and not cfg.num_selected <= K - 1:
+            why = f"must be at most {K - 1} with data_end=exclude: the sweep grid's {K} times less the data end"
+            refuse("num_selected", why)
         if cfg.reward == "credit" and cfg.selection != "stratified":
-            raise FieldError(
-                "selection",
-                cfg.selection,
-                "must be stratified with reward=credit: the bound's gradient is taken at fresh strata every update",
-            )
+            why = "must be stratified with reward=credit: the bound's gradient is taken at fresh strata every update"
+            refuse("selection", why)
         if cfg.advantage == "normalised" and cfg.reward_baseline > 0:
-            raise FieldError(
-                "reward_baseline",
-                cfg.reward_baseline,
-                "must be 0 with advantage=normalised, which subtracts its own running mean of the reward",
-            )
+            why = "must be 0 with advantage=normalised, which subtracts its own running mean of the reward"
+            refuse("reward_baseline", why)
         if cfg.entropy_control == "target" and cfg.entropy_coef == 0:
-            raise FieldError(
-                "entropy_coef",
-                cfg.entropy_coef,
-                "must be > 0 with entropy_control=target: it is the coefficient's starting value, tuned in log space",
-            )
+            why = "must be > 0 with entropy_control=target: it is the coefficient's starting value, tuned in log space"
+            refuse("entropy_coef", why)
         if cfg.select_min_rows > cfg.buffer_size:
-            raise FieldError("select_min_rows", cfg.select_min_rows, f"must be at most buffer_size={cfg.buffer_size}")
+            refuse("select_min_rows", f"must be at most buffer_size={cfg.buffer_size}")
         probe = B if cfg.probe_batch_size == -1 else cfg.probe_batch_size
         if not (probe <= B and B % probe == 0):
-            raise FieldError(
-                "probe_batch_size",
-                cfg.probe_batch_size,
-                f"must be -1 (the whole batch) or a divisor of config.train.batch_size={B} (at most the batch)",
-            )
+            why = f"must be -1 (the whole batch) or a divisor of config.train.batch_size={B} (at most the batch)"
+            refuse("probe_batch_size", why)
         D = ctx.values.get("D", (1,))[0]  # the data axis's devices, when they are known
         if probe % D:
-            raise FieldError(
-                "probe_batch_size",
-                cfg.probe_batch_size,
-                f"must be a multiple of the {D} devices of the data axis (every device probes as many images)",
-            )
+            why = f"must be a multiple of the {D} devices of the data axis (every device probes as many images)"
+            refuse("probe_batch_size", why)
 
     def __init__(self, cfg, process, batch_size):
         super().__init__(cfg, process, batch_size)
@@ -398,13 +374,8 @@ class AdaptiveSampler(Sampler):
             )
 
         if self.cfg.selection == "stratified":  # no sweep, no buffer: S records this update's draw
-            X, y, count, S, f_top = (
-                state.sweep_rows,
-                state.sweep_totals,
-                state.sweep_count + 1,
-                S_used,
-                jnp.zeros_like(state.f_top),
-            )
+            X, y, count = state.sweep_rows, state.sweep_totals, state.sweep_count + 1
+            S, f_top = S_used, jnp.zeros_like(state.f_top)
         else:
             pick = jax.random.choice(k_pick, ctx.x0.shape[0], (self.cfg.sweep_images,), replace=False)
             y_pick = None if ctx.y is None else ctx.y[pick]
