@@ -17,7 +17,7 @@ Every phase is a fresh process (as a user's commands are) on configs/default.py 
 
 "Compiling" is JAX's backend compile time (/jax/core/compile/backend_compile_duration: a cache hit's read counts
 there too), summed over every program the phase compiles; hits and misses are the cache's own counts. Results:
-docs/benchmarks.md#the-compilation-cache.
+docs/benchmarks/compile.md#the-compilation-cache.
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """What the learned sampler's reward carries: train with `diagnostics=True` and a log record at every policy update,
 then summarise, per variant, the reward and the policy gradient over training
-(docs/benchmarks.md#what-the-reward-carries).
+(docs/benchmarks/reward.md#what-the-reward-carries).
 
     python benchmarks/reward.py --config=configs/default.py --out=workdirs/reward_ddpm \
         --variants=adaptive,adaptive/data_end=exclude,adaptive/selection=stratified/data_end=exclude

@@ -28,8 +28,8 @@ seed by seed (every run of seed 0 first), so that a partial benchmark already ha
 runs go at once, each pinned to its own share of the CPU cores (os.sched_setaffinity: one XLA device per core it
 has); every run then trains under the same conditions, and wall-clock columns compare between runs of one
 benchmark, not with a --jobs=1 benchmark. Each run's wall-clock (train and eval) is kept in its bench_seconds.json,
-rewritten every 15 s while the run goes, so that an invocation that is killed still counts (until 2026-12-02 only
-invocations that finished were counted: a run interrupted before then shows less than it cost); the table gives
+rewritten every 15 s while the run goes, so that an invocation that is killed still counts (older records count
+only the invocations that finished: docs/benchmarks/rivals.md#the-tables-cost); the table gives
 their sum (the benchmark's own process writes it: to stop a benchmark, stop main.py first and let the benchmark
 see it end, else the runs' last seconds go uncounted). The output of main.py goes to train.log and eval.log as it
 runs, a resumed run's after the earlier one's.
@@ -38,9 +38,8 @@ Compilation cache (--compilation_cache=DIR, default OUT/jax_cache; `off` for non
 runs with JAX's persistent compilation cache in DIR (JAX_COMPILATION_CACHE_DIR, every program cached), so that only
 the first run of a table compiles a program and the others read it back: the evaluation programs are the same in
 every run of a table, the train step in every seed of a run. The numbers are the same with or without it (an
-executable read back is the one compiled; the flow table's seed-11 evaluation gave identical bits/dim and FID
-either way); the wall-clock is not: runs started before this option (2026-12-06) ran without it
-(docs/benchmarks.md#the-bound-estimate-in-the-tables-2026-12-04 names them and gives the difference).
+executable read back is the one compiled); the wall-clock is not (which committed runs had it, and what it saved:
+docs/benchmarks/measurement.md#the-bound-estimate-in-the-tables-2026-12-04).
 
 Records (--records=DIR): a table of many seeds outlives the machine it started on. A finished run's record is the
 few files the table is built from (RECORD_FILES: its config, metrics.jsonl, bench_seconds.json, fingerprints.json
@@ -71,7 +70,7 @@ run uses the learned sampler, policy.png. Columns:
   unbiased stratified estimate from d + K M network rows per image instead (config.eval.bound_strata,
   .bound_per_stratum; d = eval.bound_decoder_draws, 32, which --set changes; DDPM and vp only), and a line under
   the table gives its largest standard error against a quarter of the table's smallest bits/dim MDD, the rule for
-  using it (docs/benchmarks.md#the-bound-estimate-in-the-tables-2026-12-04). Default 0: the full bound, as every
+  using it (docs/benchmarks/measurement.md#the-bound-estimate-in-the-tables-2026-12-04). Default 0: the full bound, as every
   record in benchmarks/records/;
 - FID / KID: --mode=eval's (config.eval.fid: 1,000 DDIM-100 samples against the training digits in the digits
   classifier's feature space), mean +- sd over seeds;
@@ -852,7 +851,7 @@ def worse_and_rival(results, runs):
 def estimate_note(results):
     """The line under the table when final bits/dim are the stratified estimate (--bound_strata): how many, its
     largest standard error about the full bound, and whether that is at most a quarter of the table's smallest
-    bits/dim MDD (the rule for using it, docs/benchmarks.md#the-bound-estimate-in-the-tables-2026-12-04). None
+    bits/dim MDD (the rule for using it, docs/benchmarks/measurement.md#the-bound-estimate-in-the-tables-2026-12-04). None
     when every run has the full bound."""
     bounds = [d["eval"]["nll_bpd"] for ds in results.values() for d in ds]
     est = [b for b in bounds if "estimate_stderr" in b]

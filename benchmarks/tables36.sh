@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The learned sampler made to learn (docs/benchmarks.md#making-the-policy-learn): the reward's diagnosis, then 3-seed
+# The learned sampler made to learn (docs/benchmarks/reward.md): the reward's diagnosis, then 3-seed
 # pilots of each mechanism on flow matching and DDPM, paired with uniform, the default learned sampler and the
 # adaptive noise schedule of the same seeds. One run at a time on one core, resumable (finished runs are skipped;
 # records in benchmarks/records/{flow36,ddpm36} let a clean clone continue):
@@ -99,7 +99,7 @@ latents
 python benchmarks/samplers.py --config=configs/mnist_latent.py:dit --every=1000 --out="$out/bench_latent36c" \
   --records=benchmarks/records/latent36c "${strata[@]}" --seeds=4,5,6,7 --runs=uniform,adaptive,adaptive_noise,$reference
 # Finished 2026-12-06: the schedule -0.399 [-0.452, -0.346] bits per latent dim against uniform, the reference's
-# settings -0.212 [-0.400, -0.024] and +0.187 [+0.039, +0.335] behind the schedule, our default -0.080 (docs/benchmarks.md).
+# settings -0.212 [-0.400, -0.024] and +0.187 [+0.039, +0.335] behind the schedule, our default -0.080 (docs/benchmarks/confirmation.md).
 # 3b. Does the walk stop short of t = 0? The stratified variant's policy was still moving toward small t when DDPM
 # seed 2's 2,000 steps ended (Beta(0.34, 3.28)): the same seed, twice as long, beside uniform (a recommendation
 # needs a policy that does not collapse).

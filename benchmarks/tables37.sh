@@ -18,7 +18,7 @@ edm() { python benchmarks/samplers.py --config=configs/edm.py --baseline=lognorm
 edm --seeds=0,1,2 --runs=$arms
 # 2. The latent DiT (configs/mnist_latent.py:dit,SAMPLER,edm: EDM2's latent setting at the latents' scale). On the
 #    digits every arm's FID is below the test split's own (the pilot: 0.080 to 0.104 against 0.320), the floor of
-#    that feature space (docs/benchmarks.md), and no FID difference is separated (MDD 0.019 to 0.072), so the rivals
+#    that feature space (docs/benchmarks/edm.md), and no FID difference is separated (MDD 0.019 to 0.072), so the rivals
 #    go where FID is not at its floor: 4 seeds, the issue's arms, InfoNoise's automatic gate last (the fixed gate's
 #    variant). Periodic evaluation every 1,000 steps, the config's own interval. Before the digits' remaining
 #    seeds: it is the longer table and the new setting.

@@ -14,7 +14,7 @@ this process on one prefetch thread; W > 0 in W worker processes (Grain's `mp_pr
 w, w + W, ...; Grain hands them back in step order), each holding at most `prefetch` finished batches. An error in
 a worker comes back as a value and is raised in the main process by __next__ (a CorruptRecord names the dataset,
 split and record). Each epoch's permutation is computed once per worker (EpochOrder caches it), not once per step
-(52 ms at N = 1.28M).
+(its cost at ImageNet's size: docs/benchmarks/speed.md#the-loaders-epoch-order-2026-12-02).
 """
 
 import pickle

@@ -163,7 +163,7 @@ class UNet(nn.Module):
 @MODELS.register
 class UNetModel:
     """The registered part: the UNet's config fields (defaults: the digits' 280k-parameter UNet, sized for a laptop
-    CPU: docs/benchmarks.md#speed-of-the-step) and its construction."""
+    CPU: docs/benchmarks/speed.md#speed-of-the-step) and its construction."""
 
     name = "unet"
     FIELDS = dict(

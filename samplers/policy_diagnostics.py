@@ -1,5 +1,5 @@
 """What the learned sampler's reward and policy gradient carry at an update (`diagnostics=True` of
-samplers/adaptive.py; read by benchmarks/reward.py, docs/benchmarks.md#what-the-reward-carries)."""
+samplers/adaptive.py; read by benchmarks/reward.py, docs/benchmarks/reward.md#what-the-reward-carries)."""
 
 import jax
 import jax.numpy as jnp

@@ -9,12 +9,12 @@ os.environ["XLA_FLAGS"] = " ".join(
     [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_force_host_platform_device_count")]
     + [
         "--xla_force_host_platform_device_count=8",
-        # LLVM's optimisation of the (partitionable) threefry PRNG dominates compile time on CPU: 8 s for ten
-        # random draws at the default level, under 1 s at level 0. Tests compile many small programs and run few steps.
+        # LLVM's optimisation of the (partitionable) threefry PRNG dominates compile time on CPU at the default
+        # level, not at level 0 (docs/benchmarks/tests.md). Tests compile many small programs and run few steps.
         "--xla_backend_optimization_level=0",
-        # XLA CPU's MLIR fusion emitters compile the tiny default's two train-step programs in 90 s on a loaded core,
-        # the older elemental emitters in 56 s (2026-12-02, a 4-step main.py run: 129 s -> 87 s); the tests compare
-        # programs with each other and with closed forms, never with code from the other emitters.
+        # XLA CPU's older elemental emitters compile the tiny default's programs faster than its MLIR fusion
+        # emitters (docs/benchmarks/tests.md); the tests compare programs with each other and with closed forms,
+        # never with code from the other emitters.
         "--xla_cpu_use_fusion_emitters=false",
         # XLA CPU aborts the process (SIGABRT) when a device's thread reaches a collective more than 40 s after the
         # others (rendezvous termination timeout, openxla/xla#32115): with 8 device threads per process on 2 cores
@@ -203,24 +203,24 @@ def restore_checkpoint(workdir, step=None):
 
 
 # The files whose tests take longest, longest first: each file's summed time of the tests that the default command runs
-# (not those marked slow) in a serial run on one core of the development machine (2026-12-05, `taskset -c 0 python
-# -m pytest -q -n0 --durations=0 tests`, 804 s of them). With `--dist loadfile` a file is one unit of work, and
-# xdist by default queues the files with the most tests first, which can leave a long file to start last, on one
-# worker, while the other waits. Longest first, the long files overlap each other and the short ones fill the gaps.
+# (not those marked slow) in a serial run on one core (docs/benchmarks/tests.md has the times and the command). With
+# `--dist loadfile` a file is one unit of work, and xdist by default queues the files with the most tests first, which
+# can leave a long file to start last, on one worker, while the other waits. Longest first, the long files overlap
+# each other and the short ones fill the gaps.
 SLOW_FILES_FIRST = (
-    "test_adaptive.py",  # 69 s
-    "test_resume.py",  # 60 s
-    "test_latent.py",  # 57 s
-    "test_edm.py",  # 55 s
-    "test_adaptive_options.py",  # 53 s
-    "test_eval.py",  # 50 s
-    "test_published.py",  # 44 s (the compiles: `-m slow`, 190 s)
-    "test_baselines.py",  # 42 s
-    "test_train.py",  # 40 s
-    "test_continuous.py",  # 40 s
-    "test_conditional.py",  # 39 s
-    "test_main.py",  # 37 s
-    "test_faults.py",  # 36 s
+    "test_adaptive.py",
+    "test_resume.py",
+    "test_latent.py",
+    "test_edm.py",
+    "test_adaptive_options.py",
+    "test_eval.py",
+    "test_published.py",
+    "test_baselines.py",
+    "test_train.py",
+    "test_continuous.py",
+    "test_conditional.py",
+    "test_main.py",
+    "test_faults.py",
 )
 
 

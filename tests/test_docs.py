@@ -1,6 +1,6 @@
-"""The manual's links and the code's citations of it resolve: every relative link in README.md and docs/*.md names
-a file of the repository (and, with a #fragment, one of its headings, slugged as GitHub does), and every
-docs/....md citation in the code names an existing file and heading. No JAX needed."""
+"""The manual's links and the code's citations of it resolve: every relative link in README.md and the markdown under
+docs/ names a file of the repository (and, with a #fragment, one of its headings, slugged as GitHub does), and every
+docs/....md citation in the code and the benchmark scripts names an existing file and heading. No JAX needed."""
 
 import os
 import re
@@ -8,7 +8,7 @@ import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LINK = re.compile(r"!?\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
-CITATION = re.compile(r"(?<![\w/.-])((?:docs/)?[\w-]+\.md)(#[\w-]+)?")
+CITATION = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.md)(#[\w-]+)?")
 README_SECTION = re.compile(r"\(README\b|see the README|the README's")  # "(README: FID)", "the README's latent section"
 
 
@@ -40,23 +40,28 @@ def anchors(path: str) -> set:
 
 
 def manual_files():
+    """README.md and every markdown file under docs/ (docs/benchmarks/ holds the results' pages)."""
     docs = os.path.join(ROOT, "docs")
-    return [os.path.join(ROOT, "README.md")] + sorted(
-        os.path.join(docs, f) for f in os.listdir(docs) if f.endswith(".md")
-    )
+    pages = [os.path.join(d, f) for d, _, fs in os.walk(docs) for f in fs if f.endswith(".md")]
+    return [os.path.join(ROOT, "README.md")] + sorted(pages)
 
 
-def tracked_python_files():
+CODE = (".py", ".sh")  # the library, the tests and the benchmark scripts
+
+
+def tracked_code_files():
     try:
-        out = subprocess.run(["git", "ls-files", "*.py"], cwd=ROOT, capture_output=True, text=True, check=True)
-        files = out.stdout.split()
-    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every .py file
+        out = subprocess.run(["git", "ls-files", *(f"*{e}" for e in CODE)], cwd=ROOT, capture_output=True, text=True)
+        files = out.stdout.split() if out.returncode == 0 else None
+    except OSError:
+        files = None
+    if files is None:  # not a git checkout: every such file
         files = [
             os.path.relpath(os.path.join(d, f), ROOT)
             for d, _, fs in os.walk(ROOT)
             if "/." not in d
             for f in fs
-            if f.endswith(".py")
+            if f.endswith(CODE)
         ]
     return [f for f in files if os.path.exists(os.path.join(ROOT, f))]
 
@@ -75,9 +80,24 @@ def resolve(source: str, target: str):
 
 
 def test_the_manual_has_its_pages():
-    pages = {os.path.basename(p) for p in manual_files()}
+    pages = {os.path.relpath(p, os.path.join(ROOT, "docs")) for p in manual_files()}
     want = ["method", "config", "extending", "evaluation", "continuous_time", "latent", "scale", "benchmarks"]
+    want += ["benchmarks/ceilings", "benchmarks/compile", "benchmarks/tests"]  # pages other files name
     assert {f"{p}.md" for p in want} <= pages
+
+
+def test_the_benchmarks_index_links_every_results_page():
+    """docs/benchmarks.md keeps the summary and an index: every page of docs/benchmarks/ is linked from it, and each
+    page links back to it."""
+    index = os.path.join(ROOT, "docs", "benchmarks.md")
+    with open(index) as f:
+        linked = {os.path.normpath(os.path.join(ROOT, "docs", t.partition("#")[0])) for t in LINK.findall(f.read())}
+    folder = os.path.join(ROOT, "docs", "benchmarks")
+    for name in sorted(os.listdir(folder)):
+        page = os.path.join(folder, name)
+        assert page in linked, f"docs/benchmarks.md does not link docs/benchmarks/{name}"
+        with open(page) as f:
+            assert "](../benchmarks.md)" in f.read(), f"docs/benchmarks/{name} does not link back to the index"
 
 
 def test_a_broken_link_or_anchor_is_caught(tmp_path):
@@ -85,6 +105,10 @@ def test_a_broken_link_or_anchor_is_caught(tmp_path):
     assert "no heading" in resolve(os.path.join(ROOT, "README.md"), "docs/method.md#no-such-section")
     assert "no file" in resolve(os.path.join(ROOT, "README.md"), "docs/nothing.md")
     assert resolve(os.path.join(ROOT, "docs", "config.md"), "#run-identity") is None
+    page = os.path.join(ROOT, "docs", "benchmarks", "rivals.md")  # a page one folder down: paths from its folder
+    assert resolve(page, "../method.md#the-learned-sampler") is None
+    assert "no file" in resolve(page, "method.md#the-learned-sampler")
+    assert resolve(page, "../../benchmarks/results/loader.md") is None
 
 
 def test_slugs_follow_github():
@@ -122,11 +146,10 @@ def test_readme_fits_on_a_page_and_keeps_the_two_commands():
 
 
 def test_code_cites_the_manual_by_path_and_heading():
-    """A citation of the manual in the code is docs/FILE.md, or docs/method.md#heading (method.md is long: a
-    citation names its section); each must resolve. A bare "method.md" (a file outside the repository in earlier
-    versions) is refused."""
+    """A citation of the manual in the code or a benchmark script is docs/FILE.md, or docs/method.md#heading
+    (method.md is long: a citation names its section); each must resolve. A bare "method.md" is refused."""
     bad, cited = [], 0
-    for rel in tracked_python_files():
+    for rel in tracked_code_files():
         if rel == "tests/test_docs.py":
             continue
         with open(os.path.join(ROOT, rel)) as f:

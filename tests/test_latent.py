@@ -141,8 +141,8 @@ def latent_config(out, ae_dir, steps):
             "diagnostics.t_bins": 10,
             # one device: the pipeline is under test here (device counts agree in test_conditional.py). With 8 fake
             # devices this run's update step deadlocked now and then on XLA CPU: every device thread idle in the
-            # collective's rendezvous, on an otherwise idle machine (2026-12-02, py-spy: device_get waiting in
-            # Loop._log), which XLA aborts once its rendezvous limit passes (tests/test_xla_cpu.py)
+            # collective's rendezvous, on an otherwise idle machine (py-spy: device_get waiting in Loop._log), which
+            # XLA aborts once its rendezvous limit passes (tests/test_xla_cpu.py)
             "mesh.data": 1,
         },
     )

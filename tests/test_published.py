@@ -1,8 +1,8 @@
 """The configs of the published runs: each builds, has the published model's exact parameter
 count (from shapes alone), its train step traces and lowers for 8 devices with their shardings, and (marked slow: CI's
 second job, `pytest -m slow`) compiles with XLA's memory and FLOP report; nothing is trained and no data is read (a
-latents folder with only its meta.json stands in for the encoded dataset). Lowering the five published steps takes
-about 30 s on one core of the development machine, compiling them about 190 s (2026-12-05)."""
+latents folder with only its meta.json stands in for the encoded dataset). What lowering and compiling them costs:
+docs/benchmarks/tests.md."""
 
 import json
 import os
