@@ -70,8 +70,8 @@ run uses the learned sampler, policy.png. Columns:
   unbiased stratified estimate from d + K M network rows per image instead (config.eval.bound_strata,
   .bound_per_stratum; d = eval.bound_decoder_draws, 32, which --set changes; DDPM and vp only), and a line under
   the table gives its largest standard error against a quarter of the table's smallest bits/dim MDD, the rule for
-  using it (docs/benchmarks/measurement.md#the-bound-estimate-in-the-tables-2026-12-04). Default 0: the full bound, as every
-  record in benchmarks/records/;
+  using it (docs/benchmarks/measurement.md#the-bound-estimate-in-the-tables-2026-12-04). Default 0: the full
+  bound, as every record in benchmarks/records/;
 - FID / KID: --mode=eval's (config.eval.fid: 1,000 DDIM-100 samples against the training digits in the digits
   classifier's feature space), mean +- sd over seeds;
 - steps / wall-clock to uniform's final bits/dim: the target is the mean over uniform's seeds of the periodic bound
@@ -851,8 +851,9 @@ def worse_and_rival(results, runs):
 def estimate_note(results):
     """The line under the table when final bits/dim are the stratified estimate (--bound_strata): how many, its
     largest standard error about the full bound, and whether that is at most a quarter of the table's smallest
-    bits/dim MDD (the rule for using it, docs/benchmarks/measurement.md#the-bound-estimate-in-the-tables-2026-12-04). None
-    when every run has the full bound."""
+    bits/dim MDD (the rule for using it,
+    docs/benchmarks/measurement.md#the-bound-estimate-in-the-tables-2026-12-04). None when every run has the full
+    bound."""
     bounds = [d["eval"]["nll_bpd"] for ds in results.values() for d in ds]
     est = [b for b in bounds if "estimate_stderr" in b]
     if not est:

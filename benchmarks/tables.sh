@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The paired sampler tables of docs/benchmarks/rivals.md (flow matching, DDPM and the latent DiT on the embedded data), one
-# run at a time on one core, resumable: re-running skips finished runs and resumes an interrupted one. About 8 hours
-# of an idle core, 10 to 15 while other jobs share this project's 2-core CPU machine (docs/benchmarks/rivals.md#the-tables-cost).
+# The paired sampler tables of docs/benchmarks/rivals.md (flow matching, DDPM and the latent DiT on the embedded
+# data), one run at a time on one core, resumable: re-running skips finished runs and resumes an interrupted one.
+# About 8 hours of an idle core, 10 to 15 while other jobs share this project's 2-core CPU machine
+# (docs/benchmarks/rivals.md#the-tables-cost).
 #   taskset -c 1 bash benchmarks/tables.sh [OUT]      (OUT: workdirs by default)
 # Each finished run's record (its eval JSON, metrics and wall-clock, no checkpoint) is kept in benchmarks/records/,
 # which is committed: on another machine a clean clone takes the finished runs from there and goes on with the rest.

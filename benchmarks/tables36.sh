@@ -99,7 +99,8 @@ latents
 python benchmarks/samplers.py --config=configs/mnist_latent.py:dit --every=1000 --out="$out/bench_latent36c" \
   --records=benchmarks/records/latent36c "${strata[@]}" --seeds=4,5,6,7 --runs=uniform,adaptive,adaptive_noise,$reference
 # Finished 2026-12-06: the schedule -0.399 [-0.452, -0.346] bits per latent dim against uniform, the reference's
-# settings -0.212 [-0.400, -0.024] and +0.187 [+0.039, +0.335] behind the schedule, our default -0.080 (docs/benchmarks/confirmation.md).
+# settings -0.212 [-0.400, -0.024] and +0.187 [+0.039, +0.335] behind the schedule, our default -0.080
+# (docs/benchmarks/confirmation.md).
 # 3b. Does the walk stop short of t = 0? The stratified variant's policy was still moving toward small t when DDPM
 # seed 2's 2,000 steps ended (Beta(0.34, 3.28)): the same seed, twice as long, beside uniform (a recommendation
 # needs a policy that does not collapse).

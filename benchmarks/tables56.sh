@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# How much can a choice of time distribution gain? The ceiling of a static weighting (docs/benchmarks/ceilings.md): a grid of
-# fixed Beta distributions of t / T (samplers/beta.py, no importance weights: each one re-weights the objective), on
-# DDPM and flow matching, 3 pilot seeds, beside uniform and the adaptive noise schedule of the same seeds. The grid's
-# points are the ends the learned policy's walks reached on the pilots of the last tables (Beta(0.5, 2) on flow,
-# Beta(0.34, 3.3) on DDPM seed 2: docs/benchmarks/reward.md#what-the-reward-carries) and their mirror images toward t = T.
+# How much can a choice of time distribution gain? The ceiling of a static weighting (docs/benchmarks/ceilings.md): a
+# grid of fixed Beta distributions of t / T (samplers/beta.py, no importance weights: each one re-weights the
+# objective), on DDPM and flow matching, 3 pilot seeds, beside uniform and the adaptive noise schedule of the same
+# seeds. The grid's points are the ends the learned policy's walks reached on the pilots of the last tables
+# (Beta(0.5, 2) on flow, Beta(0.34, 3.3) on DDPM seed 2: docs/benchmarks/reward.md#what-the-reward-carries) and their
+# mirror images toward t = T.
 # Uniform and the schedule run again here rather than being copied from benchmarks/records/ddpm36 and flow36: those
 # ran on another machine (XLA's CPU code differs between processors) and DDPM's final bound there is the full bound,
 # here its stratified estimate, as in the confirmation tables.

@@ -54,7 +54,8 @@ The mean gradient. h_n = mean_r sum_k a_k g(x_n, t_rnk) is unbiased for image n'
 matrix h h^T), and the variance part of each proposal is V(p) = M(p) - |E g|^2 (the same |E g|^2 for every unbiased
 p). Errors: a bootstrap over images (--bootstrap resamples; all fits redone), 95% percentile intervals of the ratios.
 
-What a ratio is worth in steps: a model, not a measurement (docs/benchmarks/ceilings.md#the-variance-ceiling-2026-12-07).
+What a ratio is worth in steps: a model, not a measurement
+(docs/benchmarks/ceilings.md#the-variance-ceiling-2026-12-07).
 With the noise scale B_noise(p) = V(p) / |E g|^2 (McCandlish et al. 2018's simple noise scale of the per-example
 gradient), steps to a target scale as S(p) = S_min (1 + B_noise(p) / B) at batch B; a variance ratio r is a batch r
 times larger.

@@ -23,8 +23,8 @@ The search (SPSA with antithetic windows, ABBA order):
   1; with `uniform_mix` m a share m of the draws uniform instead.
 
 Cost: the probe's P K rows at every window's end (P K / (B W) of a step's examples, 2% with the defaults on the
-digits), no gradients. What it optimises is the bound on the probe images' rows, not FID (docs/benchmarks/confirmation.md: the
-distribution best for one is not the one best for the other).
+digits), no gradients. What it optimises is the bound on the probe images' rows, not FID
+(docs/benchmarks/confirmation.md: the distribution best for one is not the one best for the other).
 """
 
 import jax
