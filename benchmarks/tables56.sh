@@ -40,5 +40,9 @@ ddpm=(python benchmarks/samplers.py --config=configs/default.py --every=500 --ou
 "${ddpm[@]}" --seeds=2 --runs="$(drop_mirrors "$ddpm_arms")"
 flow=(python benchmarks/samplers.py --config=configs/flow.py --every=500 --out="$out/bench_flow56"
   --records=benchmarks/records/flow56)
-"${flow[@]}" --seeds=0 --runs=$grid,$search,$rms
-"${flow[@]}" --seeds=1,2 --runs="$(drop_mirrors "$grid,$search,$rms")"
+# Flow's pilot keeps the learners the DDPM pilot left standing (2026-12-07, seeds 0-2): beta_search with windows of
+# 100 (-0.093 [-0.353, +0.168] bits/dim against uniform, worse in 1 of 3 seeds; windows of 50 worse in 2 of 3); not
+# the rms proposal, which was behind the schedule in 3 of 3 DDPM seeds (+0.021 [+0.017, +0.024]) as the variance
+# ceiling predicts for flow too (the schedule within 4-5% of the best marginal proposal's M there).
+"${flow[@]}" --seeds=0 --runs=$grid,beta_search/window=100
+"${flow[@]}" --seeds=1,2 --runs="$(drop_mirrors "$grid,beta_search/window=100")"
