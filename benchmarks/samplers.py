@@ -9,6 +9,7 @@ seed, at equal steps, then evaluate each with --mode=eval, and write a markdown 
     python benchmarks/samplers.py --horizon_of=WORKDIR     # where a long uniform run's test bound stops improving
     python benchmarks/samplers.py --size_from=OUT          # a pilot's sd of the paired differences, seeds needed
     python benchmarks/samplers.py ... --records=benchmarks/records/ddpm22   # keep finished runs in the repository
+    python benchmarks/samplers.py ... --rivals=adaptive_noise,beta/a=0.34/b=3.3   # every run paired with these too
 
 A run is SAMPLER[+WEIGHTING][/FIELD=VALUE...] (config.sampler.name, config.weighting.name, and fields of the
 sampler's own sub-config, config.sampler.SAMPLER.FIELD); the baseline (--baseline: `uniform`, or another run
@@ -558,6 +559,7 @@ METRICS = (("final_bpd", "bits/dim", 3), ("fid_final", "FID", 3), ("kid_final", 
 
 
 FID_PROBE_RTOL = 1e-4  # test split FIDs this close are one feature space (two networks: 5e-4 to 5e-2 apart)
+RIVALS = ("adaptive_noise",)  # --rivals: runs every other is also paired with, under the table
 ALLOW_MIXED = False  # --allow_mixed: pair runs measured with different data or feature networks, and say so
 MIXED = {}  # the pairs refused (or, with ALLOW_MIXED, kept) and why: {line: None}, in the order met
 
@@ -584,7 +586,7 @@ def differences(results, name, key, base=None):
     base = base or BASE
     out = []
     for i, (d, u) in enumerate(zip(results[name], results[base])):
-        if d[key] is None or u[key] is None:
+        if d.get(key) is None or u.get(key) is None:
             continue
         why = unlike(d, u, key)
         if why:
@@ -832,19 +834,27 @@ def compute_note(results):
 
 def worse_and_rival(results, runs):
     """Lines under the verdicts: per run, the seeds whose final test bits/dim is above uniform's (a collapse shows
-    here); with adaptive_noise among the runs, every other run paired against it (the simple rival to beat)."""
+    here); then, per rival of RIVALS among the runs (--rivals: the adaptive noise schedule, the simple rival to beat,
+    by default; the best fixed distribution of a grid gives each run's regret against it), every other run paired
+    against it on bits/dim and FID."""
     worse = [
         f"{name} {int(np.sum(d > 0))}/{len(d)}"
         for name, _, _ in runs
         if name != BASE and len(d := differences(results, name, "final_bpd"))
     ]
     lines = ["", f"Seeds whose final test bits/dim is higher than {BASE}'s (worse): " + ", ".join(worse) + "."]
-    if "adaptive_noise" in results and BASE != "adaptive_noise":
-        lines += ["", "Against the adaptive noise schedule (d = run - adaptive_noise, same seeds):", ""]
+    for rival in RIVALS:
+        if rival not in results or rival == BASE:
+            continue
+        lines += ["", f"Against {rival} (d = run - {rival}, same seeds):", ""]
         for name, _, _ in runs:
-            if name not in (BASE, "adaptive_noise"):
-                d = differences(results, name, "final_bpd", "adaptive_noise")
-                lines.append(f"- {name}: Δ bits/dim {paired(d)}; higher in {int(np.sum(d > 0))}/{len(d)} seeds.")
+            if name not in (BASE, rival):
+                d = differences(results, name, "final_bpd", rival)
+                f = differences(results, name, "fid_final", rival)
+                lines.append(
+                    f"- {name}: Δ bits/dim {paired(d)}; higher in {int(np.sum(d > 0))}/{len(d)} seeds; "
+                    f"Δ FID {paired(f)}."
+                )
     return lines
 
 
@@ -1122,6 +1132,12 @@ def main():
         default="uniform",
         help="the run (one of --runs) every other is paired with: uniform, or e.g. lognormal for EDM's own density",
     )
+    ap.add_argument(
+        "--rivals",
+        default="adaptive_noise",
+        help="runs every other is also paired with under the table (comma-separated; those not among --runs are "
+        "skipped), e.g. the best fixed distribution of a grid for each run's regret against it",
+    )
     ap.add_argument("--every", type=int, default=250, help="periodic evaluation interval (steps)")
     ap.add_argument("--out", default=os.path.join(ROOT, "workdirs", "bench_samplers"))
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time, each on its own share of the cores")
@@ -1171,8 +1187,9 @@ def main():
         help="a config override for every run, e.g. train.num_steps=500 (repeatable)",
     )
     args = ap.parse_args()
-    global BASE, ALLOW_MIXED
+    global BASE, ALLOW_MIXED, RIVALS
     BASE, ALLOW_MIXED = args.baseline, args.allow_mixed
+    RIVALS = tuple(r for r in args.rivals.split(",") if r)
     if args.horizon_of:
         return print_horizon(args.horizon_of, args.tol)
     if args.size_from:

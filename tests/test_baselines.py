@@ -508,6 +508,71 @@ def test_importance_weighted_loss_is_an_unbiased_estimate_of_the_uniform_loss(na
     assert abs(loss[t].mean() - loss.mean()) > 8 * se  # without the weights the same draws are far off
 
 
+def test_grad_variance_rms_is_the_variance_optimal_proposal():
+    """estimate=rms: v_b = (|g1|^2 + |g2|^2) / 2 and p(bin) proportional to n_b sqrt(E_b |g|^2), by hand on a
+    model whose per-example gradient is its timestep; with importance weights the weighted loss is unbiased."""
+    n = 10
+    c = config(
+        **{
+            "sampler.name": "grad_variance",
+            "sampler.grad_variance.num_bins": 5,
+            "sampler.grad_variance.decay": 0.5,
+            "sampler.grad_variance.update_every": 1,
+            "sampler.grad_variance.estimate": "rms",
+            "sampler.grad_variance.importance_weights": True,
+            "sampler.grad_variance.uniform_prob": 0.1,
+        }
+    )
+    sampler = make_sampler(c.sampler, DDPM(make_schedule("cosine", n)), c.train.batch_size)
+    objective = lambda p, x0, t, noise, key: (p["w"] * t.astype(jnp.float32),) * 2  # (objective, MSE)
+    x0 = jnp.zeros((8, 2, 2, 1))
+
+    @jax.jit
+    def update(state, key):
+        ctx = StepContext(
+            step=jnp.int32(0),
+            key=key,
+            x0=x0,
+            t=None,
+            aux={},
+            losses=None,
+            params_before={"w": jnp.float32(1.0)},
+            params_after=None,
+            rows_fn=None,
+            objective=objective,
+        )
+        return sampler.update(state, ctx)[0]
+
+    state = sampler.init(None, x0)
+    lasts = []
+    for i in range(30):
+        state = update(state, jax.random.PRNGKey(i))
+        lasts.append(np.asarray(state["last"]))
+        # bin b holds t in {2b, 2b + 1}: (t1^2 + t2^2) / 2 takes one of three values
+        b = np.arange(5)
+        allowed = [{(2 * k) ** 2, (2 * k + 1) ** 2, ((2 * k) ** 2 + (2 * k + 1) ** 2) / 2} for k in b]
+        assert all(v in a for v, a in zip(lasts[-1], allowed))
+    ema = 0.0
+    for v in lasts:
+        ema = 0.5 * ema + 0.5 * v
+    ema = ema / (1 - 0.5**30)
+    np.testing.assert_allclose(np.asarray(state["ema"]), ema, rtol=1e-5)
+    s = 2 * np.sqrt(ema)  # n_b = 2 timesteps per bin
+    want_bin = 0.9 * s / s.sum() + 0.1 / 5
+    p = np.asarray(sampler.probabilities(state))
+    np.testing.assert_allclose(p, np.repeat(want_bin / 2, 2), rtol=1e-5)
+    # with the exact second moments E_b t^2 the proposal is proportional to sqrt(E_b t^2) per bin: M below uniform's
+    g2 = np.arange(n, dtype=np.float64) ** 2
+    exact = np.repeat(np.sqrt((g2[0::2] + g2[1::2]) / 2), 2)
+    p_star = exact / exact.sum()
+    m = lambda q: np.sum(g2 / (n * n * q))  # E_{t~q} |g u / q|^2 with u = 1 / n
+    assert m(p_star) < m(np.full(n, 1 / n)) and m(p_star) <= m(p) + 1e-9
+    # the draws' importance weights make the weighted loss unbiased for the uniform mean
+    t, w, _ = sampler.sample(state, jax.random.PRNGKey(99), jnp.zeros((20000, 2, 2, 1)))
+    est = np.asarray(w) * np.asarray(t, np.float64)
+    assert abs(est.mean() - (n - 1) / 2) < 4 * est.std() / np.sqrt(len(est))
+
+
 def test_grad_variance_estimate_and_table():
     n = 10
     c = config(

@@ -100,8 +100,26 @@ def test_worse_seeds_and_the_pairs_against_the_adaptive_noise_schedule():
     lines = worse_and_rival(results, runs)
     assert "(worse): adaptive_noise 0/3, adaptive 2/3." in lines[1]
     d = np.array([0.12, 0.0, 0.5])  # adaptive - adaptive_noise
-    assert lines[-1] == f"- adaptive: Δ bits/dim {paired(d)}; higher in 2/3 seeds."
+    assert lines[-1] == f"- adaptive: Δ bits/dim {paired(d)}; higher in 2/3 seeds; Δ FID -."
     assert len(worse_and_rival({k: results[k] for k in ("uniform", "adaptive")}, runs[::2])) == 2  # no rival
+
+
+def test_each_rival_pairs_every_other_run_on_bits_per_dim_and_fid(monkeypatch):
+    """--rivals: the regret of every run against a second rival (a grid's best fixed distribution), FID too."""
+    from benchmarks import samplers
+
+    monkeypatch.setattr(samplers, "RIVALS", ("adaptive_noise", "beta/a=0.34/b=3.3"))
+    runs = {
+        "uniform": ([5.0, 5.1, 4.9], [0.20, 0.22, 0.18]),
+        "adaptive_noise": ([4.9, 5.0, 4.8], [0.15, 0.2, 0.1]),
+        "beta/a=0.34/b=3.3": ([4.5, 4.4, 4.6], [0.3, 0.25, 0.2]),
+    }
+    results = {k: [dict(final_bpd=b, fid_final=f) for b, f in zip(*v)] for k, v in runs.items()}
+    lines = samplers.worse_and_rival(results, [(k, None, None) for k in runs])
+    at = lines.index("Against beta/a=0.34/b=3.3 (d = run - beta/a=0.34/b=3.3, same seeds):")
+    bpd, fid = np.array([0.4, 0.6, 0.2]), np.array([-0.15, -0.05, -0.1])  # adaptive_noise - beta, by hand
+    want = f"- adaptive_noise: Δ bits/dim {samplers.paired(bpd)}; higher in 3/3 seeds; Δ FID {samplers.paired(fid)}."
+    assert lines[at + 2] == want and len(lines) == at + 3  # uniform (the baseline) is not listed against it
 
 
 def test_another_baseline_pairs_every_column_with_it(monkeypatch):
