@@ -14,6 +14,7 @@ from absl import flags, logging
 from ml_collections import config_flags
 
 from core import cli
+from drivers.run import run
 
 # --config is defined by check_overrides_then_run (define_config_flag), after the command line is checked:
 # ml_collections reads the overrides when the flag is defined, and fails with a traceback on some (--config.=3)
@@ -81,73 +82,6 @@ def main(argv):
             process_id=FLAGS.process_id,
         )
     return run(FLAGS.config, FLAGS.workdir, FLAGS.mode)
-
-
-def run(config, workdir, mode: str = "train") -> int:
-    """What main.py does once flags are parsed and JAX is set up, callable in-process (a notebook, a test): train,
-    eval or compile. Bad input is one line on stderr and exit status 2; divergence is status 1."""
-    from config.validate import ConfigError
-    from core.torch_file import NotAStateDict
-    from data import CorruptRecord, DatasetNotFound
-    from evaluation.classifier import DamagedWeights
-    from training.checkpoint import CheckpointUnreadable, CheckpointWriteFailed, WorkdirMismatch
-    from training.lock import WorkdirLocked
-    from training.train import TrainingDiverged, train
-
-    if mode in ("train", "eval") and not workdir:
-        print("error: --workdir is required (where checkpoints, metrics and samples go)", file=sys.stderr)
-        return 2
-    try:
-        if mode == "compile":
-            from training import aot
-
-            print(aot.compile_report(config), flush=True)
-        elif mode == "eval":
-            from evaluation.evaluate import evaluate
-
-            r = evaluate(config, workdir)
-            nll = r["nll_bpd"]
-            proto = nll["protocol"]
-            how = f"all {proto['timesteps']} timesteps" if "timesteps" in proto else proto["bound"].split(":")[0]
-            rel = "<=" if "not a bound" not in proto["bound"] else "~"  # the ODE likelihood is an estimate, not a bound
-            if "strata" in proto:  # an unbiased estimate of the bound, with its own standard error
-                rel = "~"
-                se = nll["estimate_stderr"]
-                how = (
-                    f"{proto['strata']} strata x {proto['per_stratum']}, decoder x {proto['decoder_draws']}: "
-                    f"+- {se:.4f} of the full bound"
-                )
-            print(
-                f"checkpoint {r['checkpoint_step']}: test NLL {rel} {nll['value']:.4f} bits/dim "
-                f"(+- {nll['stderr'] or 0:.4f}, {proto['images']} images, {how}, {proto['seconds']:.1f} s)"
-                + _fid_line(r.get("fid", {}))
-                + (f"\nResults: {r['path']}" if "path" in r else ""),
-                flush=True,
-            )
-        else:
-            train(config, workdir)
-    except (ConfigError, WorkdirMismatch, WorkdirLocked, DatasetNotFound, NotAStateDict) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except TrainingDiverged as e:
-        print(f"error: training diverged at {e}", file=sys.stderr)
-        return 1
-    except (CheckpointUnreadable, CheckpointWriteFailed, CorruptRecord, DamagedWeights) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def _fid_line(fid):
-    if fid.get("fid") is None:
-        return f"\nFID: none ({fid.get('reason')})" if fid else ""
-    p, real = fid["protocol"], fid.get("test_split", {})
-    kid = f", KID {fid['kid']:.4f} +- {fid['kid_std']:.4f}" if "kid" in fid else ""
-    floor = f"; the test split's {real['images']} images: FID {real['fid']:.3f}" if real else ""
-    return (
-        f"\nFID {fid['fid']:.3f}{kid} ({p['samples']} samples, {p['method']} {p['steps']} steps, "
-        f"{p['feature_space']} features{floor}; {p['seconds']:.1f} s)"
-    )
 
 
 def check_config_file(argv):

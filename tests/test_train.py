@@ -9,10 +9,10 @@ from jax.sharding import PartitionSpec as P
 
 from data import load_split
 from data.pipeline import global_batch_indices
+from drivers.train import TrainingDiverged, train
 from samplers import SAMPLERS
 from training import checkpoint as ckpt
 from training.setup import build, initial_state
-from training.train import TrainingDiverged, train
 
 
 def batches(c, steps):
