@@ -17,13 +17,12 @@ def parse_variant(config_file: str, variant: str, slots: Sequence[Slot], usage: 
     "configs/FILE:'ARGUMENT' is not a variant: use USAGE" for a part that is not one of its slot's choices or is left
     over."""
     parts = [p.strip() for p in (variant or "").split(",") if p.strip()]
-    values = []
+    values, wrong = [], False
     for slot in slots:
-        if slot.optional:
-            values.append(parts.pop(0) if parts and parts[0] in slot.choices else slot.default)
-        else:
-            values.append(parts.pop(0) if parts else slot.default)
-    wrong = [v for s, v in zip(slots, values) if s.choices is not None and v not in s.choices]
+        given = bool(parts) and (not slot.optional or parts[0] in slot.choices)
+        value = parts.pop(0) if given else slot.default
+        wrong |= given and slot.choices is not None and value not in slot.choices
+        values.append(value)
     if parts or wrong:
         raise ValueError(f"configs/{config_file}:{variant!r} is not a variant: use {usage}")
     return tuple(values)
