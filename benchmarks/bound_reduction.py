@@ -160,7 +160,7 @@ def main():
 
     from data import load_split
     from data.pipeline import BatchIterator
-    from evaluation.evaluate import bound_bpd, test_data
+    from evaluation.bound import bound_bpd, test_data
     from training.setup import build
 
     setups = {name: build(run_config(base, s, w, settings)) for name, s, (w, settings) in runs}

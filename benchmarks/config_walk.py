@@ -1,13 +1,14 @@
-"""Follow the config from train(): every call of a project function that is handed the config (or one of its
-sections) while train() builds the run, checks the workdir's identity and opens its checkpoints, in call order,
-leaving out the parts' own code (data/, models/, diffusion/, samplers/, weightings/, latent/, and the FID feature
-spaces of evaluation/features.py: their checks, reached through their registries or the eval section's check, are
-where a reader expects them). Prints the walk as the packages it passes
-through and how often it climbs back up: a call into a package of a higher layer (tests/test_layers.py; a package
-split over several layers counts at its lowest) than the one the walk was just in, i.e. the reader returns from
-below to go on above.
+"""Follow the config from a driver: every call of a project function that is handed the config (or one of its
+sections) while train() builds the run, checks the workdir's identity and opens its checkpoints, or with --eval
+while the eval driver (drivers/evaluate.py evaluate) evaluates a checkpoint (the default config's initial state,
+with a small evaluation: EVAL), in call order, leaving out the parts' own code (data/, models/, diffusion/,
+samplers/, weightings/, latent/, and the FID feature spaces of evaluation/features.py: their checks, reached
+through their registries or the eval section's check, are where a reader expects them). Prints the walk as the
+packages it passes through and how often it climbs back up: a call into a package of a higher layer
+(tests/test_layers.py; a package split over several layers counts at its lowest) than the one the walk was just in,
+i.e. the reader returns from below to go on above.
 
-    python benchmarks/config_walk.py [--show]
+    python benchmarks/config_walk.py [--eval] [--show]
 """
 
 import os
@@ -22,6 +23,16 @@ import ml_collections  # noqa: E402
 from tests import test_layers  # noqa: E402
 
 PARTS = ("data", "models", "diffusion", "samplers", "weightings", "latent", "evaluation.features")
+# --eval: the evaluation's sizes, small (the walk counts calls, not work)
+EVAL = {
+    "eval.nll_images": 16,
+    "eval.num_samples": 8,
+    "eval.fid.num_samples": 16,
+    "eval.fid.method": "ddim",
+    "eval.fid.steps": 5,
+    "sample.method": "ddim",
+    "sample.steps": 5,
+}
 # a package's layer: its lowest unit's (config: its field types and registries)
 LEVEL = {}
 for name, level in sorted(test_layers.LEVEL.items(), key=lambda kv: -kv[1]):
@@ -34,8 +45,9 @@ def holds_config(frame) -> bool:
     return any(isinstance(a, (ml_collections.ConfigDict, ml_collections.FrozenConfigDict)) for a in args)
 
 
-def walk(config, workdir):
-    """[(unit, function)] of the calls handed the config, in order."""
+def walk(config, workdir, driver=None):
+    """[(unit, function)] of the calls handed the config, in order: of driver(config, workdir), or (None) of what
+    train() does before its loop."""
     from training import checkpoint as ckpt
     from training.setup import build
 
@@ -53,13 +65,27 @@ def walk(config, workdir):
 
     sys.setprofile(profile)
     try:
-        build(config)
-        ckpt.check_run_identity(config, workdir)
-        mngr = ckpt.make_manager(config, workdir)
-        mngr.latest_step(), mngr.wait_until_finished(), mngr.close()
+        if driver is not None:
+            driver(config, workdir)
+        else:
+            build(config)
+            ckpt.check_run_identity(config, workdir)
+            mngr = ckpt.make_manager(config, workdir)
+            mngr.latest_step(), mngr.wait_until_finished(), mngr.close()
     finally:
         sys.setprofile(None)
     return calls
+
+
+def initial_checkpoint(config, workdir):
+    """Write the config's initial state as checkpoint 0 of `workdir` (outside the walk), for the eval driver."""
+    from training import checkpoint as ckpt
+    from training.setup import build, initial_state
+
+    ckpt.check_run_identity(config, workdir)
+    mngr = ckpt.make_manager(config, workdir)
+    ckpt.save(mngr, 0, initial_state(build(config)))
+    mngr.wait_until_finished(), mngr.close()
 
 
 def climbs(calls):
@@ -73,7 +99,16 @@ def main():
     import importlib
 
     config = importlib.import_module("configs.default").get_config()  # as the other benchmarks load config files
-    calls = walk(config, tempfile.mkdtemp(prefix="config_walk_"))  # kept: orbax's threads may still look
+    workdir = tempfile.mkdtemp(prefix="config_walk_")  # kept: orbax's threads may still look
+    driver = None
+    if "--eval" in sys.argv:
+        from config.fields import override
+        from drivers.evaluate import evaluate
+
+        config = override(config, EVAL)
+        initial_checkpoint(config, workdir)
+        driver = evaluate
+    calls = walk(config, workdir, driver)
     units, ups = climbs(calls)
     if "--show" in sys.argv:
         for u, name in calls:

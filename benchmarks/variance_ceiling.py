@@ -534,7 +534,7 @@ def main():
     from training.platform import configure_cpu_devices
 
     configure_cpu_devices(base)
-    from evaluation.evaluate import test_data
+    from evaluation.bound import test_data
     from training.setup import build
 
     setup = build(base)

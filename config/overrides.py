@@ -1,5 +1,5 @@
 """The command line's overrides of a config (--config.FIELD=VALUE), read before ml_collections parses them, so that a
-bad one is one line naming the field and what is allowed (main.py):
+bad one is one line naming the field and what is allowed (command_line.py, for main.py):
 
     rename_overrides(argv)         overrides of a field's earlier name, rewritten to its name (a note)
     part_switches(argv, config)    overrides that switch a flat section to another part (and that section's fields),

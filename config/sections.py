@@ -3,11 +3,11 @@ section's checks. The registries' sections (data, model, diffusion, sampler, wei
 (config/registry.py); config/schema.py composes both. Every field of these sections may change when a run is
 resumed, except train.weight_decay (it changes the optimizer state's structure).
 
-    train        the optimizer, EMA, logging and checkpoints (training/state.py, training/train.py)
+    train        the optimizer, EMA, logging and checkpoints (training/state.py, drivers/train.py)
     sample       the grid written at the end of training (training/report.py)
     mesh         the device mesh (training/mesh.py)
     diagnostics  the timestep histogram's bins (training/step.py)
-    eval         --mode=eval, FID/KID and the periodic evaluation (evaluation/evaluate.py)
+    eval         --mode=eval, FID/KID and the periodic evaluation (drivers/evaluate.py, evaluation/)
 """
 
 import os
@@ -112,7 +112,7 @@ PERIODIC_FIELDS = dict(
     steps=Int(50, 1, "T", aliases=("ddim_steps",)),  # sampler steps, as config.sample.steps
 )
 
-# --mode=eval (evaluation/evaluate.py): the latest checkpoint's EMA parameters.
+# --mode=eval (drivers/evaluate.py): the latest checkpoint's EMA parameters.
 EVAL_FIELDS = all_mutable(
     dict(
         nll_images=Int(-1, 1, extra=(-1,)),  # test images in the bits/dim (-1: the whole test split)

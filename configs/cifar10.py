@@ -20,35 +20,21 @@ The paper reports (linear, 1.0M iterations, FID-50k): adaptive 2.94, uniform 3.1
 The data must be prepared beforehand (no download at run time): see docs/config.md#datasets.
 """
 
+from config.variants import Slot, parse_variant
 from configs import default
+from configs.published import METHODS
 from data import DATASETS
 
 SCHEDULES = ("linear", "cosine", "quad")
-METHODS = {
-    "uniform": ("uniform", "none"),
-    "p2": ("uniform", "p2"),
-    "min_snr": ("uniform", "min_snr"),
-    "lognormal": ("lognormal", "none"),
-    "speed": ("speed", "speed"),
-    "adaptive": ("adaptive", "none"),
-    "adaptive+min_snr": ("adaptive", "min_snr"),
-}
-
-
-def parse_variant(variant: str):
-    parts = [p.strip() for p in (variant or "").split(",") if p.strip()]
-    schedule = parts[0] if parts else "quad"
-    method = parts[1] if len(parts) > 1 else "adaptive"
-    if len(parts) > 2 or schedule not in SCHEDULES or method not in METHODS:
-        raise ValueError(
-            f"configs/cifar10.py:{variant!r} is not a variant: use SCHEDULE,METHOD with SCHEDULE one of "
-            f"{', '.join(SCHEDULES)} and METHOD one of {', '.join(METHODS)}"
-        )
-    return schedule, method
 
 
 def get_config(variant: str = ""):
-    schedule, method = parse_variant(variant)
+    schedule, method = parse_variant(
+        "cifar10.py",
+        variant,
+        [Slot(SCHEDULES, "quad"), Slot(tuple(METHODS), "adaptive")],
+        f"SCHEDULE,METHOD with SCHEDULE one of {', '.join(SCHEDULES)} and METHOD one of {', '.join(METHODS)}",
+    )
     c = default.get_config()
     c.data = DATASETS.default_config("cifar10")  # 32x32x3, random horizontal flips (data/tfds.py)
     c.model.ch = 128

@@ -47,10 +47,12 @@ training/networks.py and generate.py, and what could not be matched:
 - Mixed precision off (EDM's CIFAR-10 runs are float32 too).
 """
 
-from configs import cifar10, published
+from config.variants import Slot, one_of, parse_variant
+from configs import cifar10
 from diffusion import PROCESSES
 
-VARIANTS = ("lognormal", "uniform", "adaptive", "lognormal,cond", "uniform,cond", "adaptive,cond")
+SAMPLERS = ("lognormal", "uniform", "adaptive")
+VARIANTS = (*SAMPLERS, *(f"{s},cond" for s in SAMPLERS))
 DEFAULT = "adaptive"
 BATCH = 512
 MIMG = 200
@@ -59,8 +61,12 @@ LR_RAMPUP_IMG = 10_000_000
 
 
 def get_config(variant: str = ""):
-    name = published.parse_variant("cifar10_edm.py", (variant or "").replace(" ", ""), VARIANTS, DEFAULT)
-    sampler, _, cond = name.partition(",")
+    sampler, cond = parse_variant(
+        "cifar10_edm.py",
+        (variant or "").replace(" ", ""),
+        [Slot(SAMPLERS, DEFAULT), Slot(("cond",), "", optional=True)],
+        one_of(VARIANTS, DEFAULT),
+    )
     # the CIFAR-10 data, FID protocol, periodic curves and learned-sampler settings of configs/cifar10.py
     c = cifar10.get_config("linear,uniform")
     c.diffusion = PROCESSES.default_config("edm")

@@ -47,12 +47,8 @@ VARIANTS = ("uniform", "logitnormal", "adaptive")
 DEFAULT = "adaptive"
 
 
-def parse_variant(variant: str) -> str:
-    return published.parse_variant("cifar10_flow.py", variant, VARIANTS, DEFAULT)
-
-
 def get_config(variant: str = ""):
-    sampler = parse_variant(variant)
+    sampler = published.parse_name("cifar10_flow.py", variant, VARIANTS, DEFAULT)
     # the CIFAR-10 data, UNet, optimiser, EMA, schedule of steps and learned-sampler settings of configs/cifar10.py
     c = cifar10.get_config("linear,uniform")
     c.diffusion = PROCESSES.default_config("flow")

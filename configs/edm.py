@@ -14,20 +14,19 @@ adaptive; WEIGHTING (default none, EDM's loss) one of none, uncertainty (EDM2), 
 """
 
 from config.schema import default_config
+from config.variants import Slot, parse_variant
 
 SAMPLERS = ("uniform", "antithetic", "logitnormal", "lognormal", "infonoise", "adaptive_noise", "adaptive")
 WEIGHTINGS = ("none", "uncertainty", "min_snr", "p2")
 
 
 def get_config(variant: str = ""):
-    parts = [p.strip() for p in (variant or "").split(",") if p.strip()]
-    sampler = parts.pop(0) if parts and parts[0] in SAMPLERS else "adaptive"
-    weighting = parts.pop(0) if parts and parts[0] in WEIGHTINGS else "none"
-    if parts:
-        raise ValueError(
-            f"configs/edm.py:{variant!r} is not a variant: use [SAMPLER][,WEIGHTING], SAMPLER one of "
-            f"{', '.join(SAMPLERS)}, WEIGHTING one of {', '.join(WEIGHTINGS)}"
-        )
+    sampler, weighting = parse_variant(
+        "edm.py",
+        variant,
+        [Slot(SAMPLERS, "adaptive", optional=True), Slot(WEIGHTINGS, "none", optional=True)],
+        f"[SAMPLER][,WEIGHTING], SAMPLER one of {', '.join(SAMPLERS)}, WEIGHTING one of {', '.join(WEIGHTINGS)}",
+    )
     c = default_config(data="digits", model="unet", diffusion="edm", sampler=sampler, weighting=weighting)
     c.train.ema_warmup = True  # as configs/default.py
     return heun_sampling(c)

@@ -13,16 +13,18 @@ logitnormal, lognormal, adaptive.
 """
 
 from config.schema import default_config
+from config.variants import Slot, parse_variant
 
 PROCESSES = ("flow", "vp")
 
 
 def get_config(variant: str = ""):
-    parts = [p.strip() for p in (variant or "").split(",") if p.strip()]
-    process = parts.pop(0) if parts and parts[0] in PROCESSES else "flow"
-    sampler = parts.pop(0) if parts else "adaptive"
-    if parts:
-        raise ValueError(f"configs/flow.py:{variant!r} is not a variant: use [PROCESS,][SAMPLER], PROCESS flow or vp")
+    process, sampler = parse_variant(
+        "flow.py",
+        variant,
+        [Slot(PROCESSES, "flow", optional=True), Slot(None, "adaptive")],
+        "[PROCESS,][SAMPLER], PROCESS flow or vp",
+    )
     c = default_config(data="digits", model="unet", diffusion=process, sampler=sampler, weighting="none")
     c.train.ema_warmup = True  # as configs/default.py
     c.sample.method = "heun"

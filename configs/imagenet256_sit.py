@@ -54,20 +54,16 @@ m = 0, s = 1; the learned sampler's default fields, policy lr 1e-2), the periodi
 published configs).
 """
 
-from configs import published
-from configs.published import latent_config
+from configs.published import latent_config, parse_name
 from diffusion import PROCESSES
 
 VARIANTS = ("uniform", "logitnormal", "adaptive")
 DEFAULT = "uniform"
 
 
-def parse_variant(variant: str) -> str:
-    return published.parse_variant("imagenet256_sit.py", variant, VARIANTS, DEFAULT)
-
-
 def get_config(variant: str = ""):
-    c = latent_config("dit", (parse_variant(variant), "none"), (32, 32, 4))
+    sampler = parse_name("imagenet256_sit.py", variant, VARIANTS, DEFAULT)
+    c = latent_config("dit", (sampler, "none"), (32, 32, 4))
     c.data.num_classes = 1000  # ImageNet's classes (checked against the encoded latents)
     c.data.random_flip = True  # SiT flips each image (RandomHorizontalFlip); encode_latents --flip=yes
     m = c.model

@@ -26,6 +26,7 @@ the adaptive noise schedule and the learned sampler adapt on their own.
 import math
 
 from config.schema import default_config
+from config.variants import Slot, parse_variant
 from configs.edm import heun_sampling
 
 MODELS = ("dit", "uvit")
@@ -33,15 +34,12 @@ PROCESSES = ("ddpm", "edm")
 
 
 def get_config(variant: str = "dit"):
-    parts = [p.strip() for p in (variant or "dit").split(",") if p.strip()]
-    model = parts[0] if parts else "dit"
-    sampler = parts[1] if len(parts) > 1 else "adaptive"
-    process = parts[2] if len(parts) > 2 else "ddpm"
-    if model not in MODELS or process not in PROCESSES or len(parts) > 3:
-        raise ValueError(
-            f"configs/mnist_latent.py:{variant!r} is not a variant: use MODEL[,SAMPLER][,PROCESS] with MODEL one of "
-            f"{', '.join(MODELS)} and PROCESS one of {', '.join(PROCESSES)}"
-        )
+    model, sampler, process = parse_variant(
+        "mnist_latent.py",
+        variant,
+        [Slot(MODELS, "dit"), Slot(None, "adaptive"), Slot(PROCESSES, "ddpm")],
+        f"MODEL[,SAMPLER][,PROCESS] with MODEL one of {', '.join(MODELS)} and PROCESS one of {', '.join(PROCESSES)}",
+    )
     c = default_config(data="latents", model=model, diffusion=process, sampler=sampler, weighting="none")
     c.data.path = "latents/mnist"  # written by the encode_latents command above
     c.data.image_size, c.data.channels = 7, 4

@@ -2,29 +2,28 @@
 latents a run reads (config.data.name = latents; the folder written by `python -m data.encode_latents`)."""
 
 from config.schema import default_config
+from config.variants import Slot, one_of, parse_variant
 
+# a method of the papers' tables: (config.sampler.name, config.weighting.name)
 METHODS = {
     "uniform": ("uniform", "none"),
-    "speed": ("speed", "speed"),
+    "p2": ("uniform", "p2"),
     "min_snr": ("uniform", "min_snr"),
+    "lognormal": ("lognormal", "none"),
+    "speed": ("speed", "speed"),
     "adaptive": ("adaptive", "none"),
     "adaptive+min_snr": ("adaptive", "min_snr"),
 }
 
 
-def parse_variant(config_file: str, variant: str, allowed, default: str) -> str:
-    """The variant named after the config file's colon (default when empty); one line naming the allowed ones
-    otherwise."""
-    name = (variant or default).strip()
-    if name not in allowed:
-        raise ValueError(
-            f"configs/{config_file}:{variant!r} is not a variant: use one of {', '.join(allowed)} (default {default})"
-        )
+def parse_name(config_file: str, variant: str, allowed, default: str) -> str:
+    """The variant named after the config file's colon, one of `allowed` (default when empty)."""
+    (name,) = parse_variant(config_file, variant, [Slot(allowed, default)], one_of(allowed, default))
     return name
 
 
 def parse_method(config_file: str, variant: str, allowed, default: str) -> tuple:
-    return METHODS[parse_variant(config_file, variant, allowed, default)]
+    return METHODS[parse_name(config_file, variant, allowed, default)]
 
 
 def latent_config(model: str, method: tuple, latent_shape, path: str = "latents"):

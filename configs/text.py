@@ -15,14 +15,16 @@ character, from log2 27 = 4.75); context comes after.
 """
 
 from config.schema import default_config
+from config.variants import Slot, parse_variant
 
 
 def get_config(variant: str = ""):
-    if variant not in ("", "ar"):
-        raise ValueError(f"configs/text.py:{variant!r} is not a variant: use configs/text.py or configs/text.py:ar")
-    process = "autoregressive" if variant == "ar" else "masked"
+    (kind,) = parse_variant(
+        "text.py", variant, [Slot(("ar",), "", optional=True)], "configs/text.py or configs/text.py:ar"
+    )
+    process = "autoregressive" if kind == "ar" else "masked"
     c = default_config(data="kjv", model="tokens", diffusion=process, sampler="antithetic", weighting="none")
-    c.model.causal = variant == "ar"  # the same network, causal: the baseline of the same size
+    c.model.causal = kind == "ar"  # the same network, causal: the baseline of the same size
     c.data.seq_len = 128
     c.train.batch_size = 32
     c.train.num_steps = 750

@@ -145,7 +145,7 @@ class TextDataset:
     FIELDS = dict(seq_len=Int(256, 2))
     COMMON_DEFAULTS = dict(image_size=1, channels=1)
 
-    periodic_split = "validation"  # the periodic evaluation's bound (evaluation/evaluate.py PeriodicEval)
+    periodic_split = "validation"  # the periodic evaluation's bound (evaluation/periodic.py)
 
     @classmethod
     def write_samples(cls, samples, path: str) -> str:

@@ -283,7 +283,7 @@ class Likelihood(abc.ABC):
         self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, clip_denoised=True, max_rows=0
     ):
         """(decoder [B, d], parts [B, K, m], exact [B]): a stratified estimate of nll_bpd's bound that carries its
-        own standard error (--mode=eval with eval.bound_strata = K > 0; evaluation/evaluate.py stratified_bound).
+        own standard error (--mode=eval with eval.bound_strata = K > 0; evaluation/bound.py stratified_bound).
         The bound's noise-end term is exact; its data-end term, the decoder (the chain's L_0, VDM's
         reconstruction), is a stratum of its own, d = decoder_draws draws of its noise; the rest, the sum or
         integral over t, is cut into K strata with m = per_stratum independent draws in each: parts[b, k, j] the

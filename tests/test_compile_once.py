@@ -7,8 +7,8 @@ from conftest import tiny_config
 
 
 def test_periodic_evaluations_trace_sampling_and_bound_once(tmp_path):
-    from training import setup as setup_module
-    from training.train import train
+    from core.traces import TRACES
+    from drivers.train import train
 
     c = tiny_config(
         **{
@@ -22,11 +22,11 @@ def test_periodic_evaluations_trace_sampling_and_bound_once(tmp_path):
             "sampler.name": "uniform",
         }
     )
-    setup_module.TRACES.clear()
+    TRACES.clear()
     train(c, str(tmp_path / "wd"))
     rows = [json.loads(line) for line in open(tmp_path / "wd" / "metrics.jsonl")]
     assert [r["step"] for r in rows if "periodic/seconds" in r] == [2, 4, 6]  # three periodic evaluations
-    traces = dict(setup_module.TRACES)
+    traces = dict(TRACES)
     bound = {k: v for k, v in traces.items() if k[0] == "bound"}
     sample = {k: v for k, v in traces.items() if k[0] == "sample"}
     assert list(bound.values()) == [1], traces  # one batch shape, one trace for three evaluations

@@ -9,8 +9,8 @@ import pytest
 from config.fields import ConfigError
 from config.validate import validate
 from data import BatchIterator, digits_arrays, load_split, mnist_arrays
-from evaluation.evaluate import bound_fn
-from evaluation.generate import generate, guided_apply, sample_labels, sampling_fn
+from diffusion.generate import generate, guided_apply, sample_labels, sampling_fn
+from evaluation.bound import bound_fn
 from training.setup import build, initial_state
 from training.step import drop_labels, make_apply
 

@@ -140,14 +140,14 @@ def test_vdm_diffusion_loss_of_the_optimal_network_on_gaussian_data():
 
 @pytest.mark.parametrize("schedule", ["linear", "cosine"])
 def test_vdm_stratified_elbo_with_its_standard_error_on_gaussian_data(schedule):
-    """eval.bound_strata on VP (nll_bpd_strata, the summary of evaluation/evaluate.py): x0 ~ N(0, s^2 I) with the
+    """eval.bound_strata on VP (nll_bpd_strata, the summary of evaluation/bound.py): x0 ~ N(0, s^2 I) with the
     optimal eps-prediction, E_eps|eps - eps_hat|^2 = (u^2 s^4 + u x^2) / (1 + u s^2)^2 per dimension at SNR u, so
     the diffusion loss given x0, 1/2 int ... du / u, is 1/2 [log(1 + s^2 u) + (1 - x^2 / s^2) / (1 + s^2 u)] from
     u = e^-5 to e^13.3. Over 40 draws of 8 cells x 4 times the diffusion strata's mean equals it to within 3
     reported standard errors of that mean, and the reported standard error is their spread to within 1.5x; the
     prior is the exact term; the reconstruction is left out (not in the closed form: Gaussian x0 is off the
     decoder's 256 values)."""
-    from evaluation.evaluate import strata_summary
+    from evaluation.bound import strata_summary
 
     s = 0.5
     x0 = s * jax.random.normal(jax.random.PRNGKey(1), (64, 4, 4, 1))

@@ -309,8 +309,8 @@ def edm_config(arg="", **overrides):
 
 @pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_three_steps_with_the_learned_sampler_then_its_likelihood_and_samples():
-    from evaluation.evaluate import bound_bpd
-    from evaluation.generate import sampling_fn
+    from diffusion.generate import sampling_fn
+    from evaluation.bound import bound_bpd
     from training.setup import build, initial_state
 
     c = edm_config()

@@ -97,7 +97,7 @@ def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finishe
 
 def test_the_bound_is_the_mean_of_per_image_bounds_in_any_batching():
     from data import load_split
-    from evaluation.evaluate import bound_bpd
+    from evaluation.bound import bound_bpd
     from training.setup import build, initial_state
     from training.step import make_apply, to_float
 
@@ -126,7 +126,7 @@ def test_the_stratified_bound_is_unbiased_and_its_standard_error_is_its_spread()
     sum_t var(Lbar_t) (Lbar_t: the mean over the images of L_t), is estimated from their per-timestep differences,
     sum_t (Lbar_t - Lbar'_t)^2 / 2, 1,000 independent terms."""
     from data import load_split
-    from evaluation.evaluate import eval_bound, stratified_bound
+    from evaluation.bound import eval_bound, stratified_bound
     from training.setup import build, initial_state
     from training.step import make_apply, to_float
 
@@ -168,9 +168,10 @@ def test_eval_without_a_checkpoint_is_one_line_and_writes_nothing(tmp_path):
 @pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_path):
     from data import load_split
-    from evaluation.evaluate import PeriodicEval, bound_bpd
+    from diffusion.generate import generate
+    from evaluation.bound import bound_bpd
     from evaluation.features import make_feature_space
-    from evaluation.generate import generate
+    from evaluation.periodic import PeriodicEval
     from training.setup import build
 
     wd = tmp_path / "periodic"

@@ -150,7 +150,7 @@ def latent_config(out, ae_dir, steps):
 
 @pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_a_latent_transformer_trains_resumes_exactly_samples_and_decodes(encoded, tmp_path):
-    from evaluation.evaluate import restore_latest
+    from drivers.evaluate import restore_latest
     from main import run
     from training.setup import build
 

@@ -9,17 +9,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # low to high; a unit imports only units of lower layers (or stays within itself). A unit is a package, or one
 # module of a package whose modules sit on several layers: the config package's field types and registries are what
 # every part declares its fields with, while its schema composes the parts' registries; evaluation's metrics are
-# below the config (which checks the files they read), its driver and generation above the run they evaluate; the
-# training loop runs the periodic evaluation.
+# below the config (which checks the files they read). The drivers sit above what they drive: the training loop and
+# --mode=eval hand the run they build (training/) to the evaluators (evaluation/).
 LAYERS = [
     ("core", "config.fields", "config.registry"),  # field types, registries, app.run, the PyTorch-file reader
-    ("diffusion", "models", "latent"),  # processes, networks, autoencoders: arrays in, arrays out
+    ("diffusion", "models", "latent"),  # processes, networks, autoencoders, generation: arrays in, arrays out
     ("samplers", "weightings", "data"),  # parts that ask a process; datasets (and the first stage they train)
-    ("evaluation",),  # FID/KID, feature spaces, classifiers, reference statistics
+    ("evaluation",),  # the bound, FID/KID, feature spaces, classifiers, reference statistics, the periodic evaluation
     ("config",),  # the sections' fields, the schema composed from the parts, overrides, validation
     ("training",),  # the set-up, state, step, mesh, checkpoints, compile report, reports
-    ("evaluation.evaluate", "evaluation.generate"),  # --mode=eval, the periodic evaluation, samples
-    ("training.train",),  # the loop
+    ("drivers",),  # the training loop, --mode=eval, what main.py runs
     ("configs", "benchmarks"),
 ]
 LEVEL = {unit: i for i, layer in enumerate(LAYERS) for unit in layer}
@@ -51,7 +50,29 @@ def test_every_package_is_in_a_layer():
 def test_units_of_a_split_package():
     assert unit("config.fields") == unit("config.fields.Int") == "config.fields"
     assert unit("config.schema") == unit("config") == "config"
-    assert unit("training.setup") == "training" and unit("training.train.Loop") == "training.train"
+    assert unit("training.setup") == "training" and unit("drivers.train.Loop") == "drivers"
+
+
+def modules(package):
+    """(path, dotted name) of every module of a package."""
+    for d, _, files in os.walk(os.path.join(ROOT, package)):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(d, f)
+                yield path, os.path.relpath(path, ROOT)[: -len(".py")].replace(os.sep, ".").removesuffix(".__init__")
+
+
+def test_evaluation_and_training_meet_only_in_the_drivers():
+    """The evaluators never import the trainer (the drivers hand them the run and its parameters), and training
+    reaches evaluation only through the drivers."""
+    crossing = [
+        f"{name} imports {other}"
+        for mine, theirs in (("evaluation", "training"), ("training", "evaluation"))
+        for path, name in modules(mine)
+        for other in imports_of(path)
+        if other.split(".")[0] == theirs
+    ]
+    assert not crossing, crossing
 
 
 def test_imports_point_down():

@@ -365,14 +365,14 @@ def test_fuzzed_command_lines_give_a_config_or_one_line(capsys):
     main() does: apply the part switches, check the fields and values), on 400 fuzzed command lines: each gives a
     config or a ConfigError in one line; nothing else escapes (on main, a traceback from ml_collections' flag
     definition, e.g. for --config.=3, or for a switch's field such as --config.model.depth without --config)."""
-    import main
+    from config.command_line import check_command_line
     from config.overrides import apply_switches
     from config.validate import check_fields, check_values
 
     bad, refused = [], 0
     for argv in fuzzed_command_lines(400):
         try:
-            _, switches, config = main.check_command_line(argv)
+            _, switches, config = check_command_line(argv)
             with config.unlocked():
                 apply_switches(config, switches)
             check_fields(config)
@@ -387,7 +387,7 @@ def test_fuzzed_command_lines_give_a_config_or_one_line(capsys):
     assert not bad, "\n".join(bad[:20])
     assert 100 < refused < 400  # both outcomes reached
     with pytest.raises(ConfigError) as e:  # absl's "FATAL Flags parsing error" and a second line, on main
-        main.check_command_line(["--config.train.lr=abc"])
+        check_command_line(["--config.train.lr=abc"])
     assert (
         str(e.value)
         == "--config.train.lr='abc' is not allowed: must be a float (could not convert string to float: 'abc')"

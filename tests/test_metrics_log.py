@@ -86,7 +86,7 @@ def test_a_resumed_run_whose_log_was_cut_writes_the_log_of_an_uninterrupted_run(
     checkpoint never written): the same command resumes from 2; (b) while writing the periodic evaluation's record,
     after checkpoint 4 (that record cut): the same command catches it up. Either way the log equals the
     uninterrupted run's, record for record (timings aside)."""
-    from training.train import train
+    from drivers.train import train
 
     c = tiny(**{"train.num_steps": 4, "train.ckpt_every": 2, "train.log_every": 2, **PERIODIC})
     full = str(tmp_path / "full")

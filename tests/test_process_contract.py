@@ -118,8 +118,8 @@ def toy_config(**overrides):
 @pytest.mark.slow  # end to end, over 20 s: CI's second job
 def test_a_process_defined_in_a_test_trains_resumes_and_evaluates(toy, tmp_path):
     from config.validate import validate
-    from evaluation.evaluate import bound_bpd
-    from evaluation.generate import sampling_fn
+    from diffusion.generate import sampling_fn
+    from evaluation.bound import bound_bpd
     from weightings import make_weighting
 
     c = toy_config()

@@ -7,12 +7,13 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec as P
 
+from core.traces import TRACES
 from data import load_split
 from data.pipeline import global_batch_indices
+from drivers.train import TrainingDiverged, train
 from samplers import SAMPLERS
 from training import checkpoint as ckpt
-from training.setup import TRACES, build, initial_state
-from training.train import TrainingDiverged, train
+from training.setup import build, initial_state
 
 
 def batches(c, steps):

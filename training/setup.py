@@ -1,12 +1,13 @@
 """Everything a run builds from its config before it touches a workdir: the mesh, the parts, the jitted train step,
-the abstract state and its shardings; and the initial state. Used by the training loop (train.py), --mode=eval and
-generation (evaluation/evaluate.py, evaluation/generate.py), --mode=compile (aot.py) and notebooks.
+the abstract state and its shardings; and the initial state. Used by the drivers (drivers/train.py,
+drivers/evaluate.py), --mode=compile (aot.py) and notebooks; handed to the evaluators (evaluation/) and generation
+(diffusion/generate.py), which take the network function from it (Setup.predict_fn) and import nothing of training/.
 
 Functions that run more than once (sampling, the bound) are jitted once per shape and kept in `Setup.compiled`, so a
-run's periodic evaluations and FID chunks reuse one compiled program. TRACES counts how often each was traced.
+run's periodic evaluations and FID chunks reuse one compiled program (core/traces.py counts how often each was
+traced).
 """
 
-import collections
 import dataclasses
 import functools
 from typing import Any, Callable, Dict
@@ -16,16 +17,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from config.validate import validate
+from core.traces import TRACES
 from data import DATASETS, dataset_classes
 from diffusion import make_process
 from models import make_model
 from samplers import make_sampler
 from training.mesh import batch_sharding, make_mesh, replicated, state_shardings
 from training.state import image_shape, init_state, make_optimizer
-from training.step import make_train_step
+from training.step import make_apply, make_train_step
 from weightings import make_weighting
-
-TRACES: collections.Counter = collections.Counter()  # name -> times traced (a Python side effect of tracing)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True, eq=False)
@@ -84,6 +84,11 @@ class Setup:
 
     def batch_shape(self, batch: int):
         return image_shape(self.config.data, batch)
+
+    def predict_fn(self, dtype=None) -> Callable:
+        """The network function apply(params, x, t, dropout_key=None, y=None) (training/step.py make_apply: eval
+        mode without a dropout key) at `dtype` (None: the model's own): what sampling and the evaluators call."""
+        return make_apply(self.model if dtype is None else self.model.clone(dtype=dtype))
 
     @functools.cached_property
     def autoencoder(self):

@@ -2,7 +2,7 @@
 
 Samples timesteps from the sampler, takes one Adam step of the diffusion model on the weighted MSE, updates the EMA,
 then lets the sampler update its own state from what the step computed (the learned sampler runs its probes and
-policy update there, under lax.cond). Everything is one XLA computation; jit it once with shardings (train.py).
+policy update there, under lax.cond). Everything is one XLA computation; jit it once with shardings (setup.py).
 """
 
 import jax

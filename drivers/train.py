@@ -1,10 +1,11 @@
 """The training loop, importable from a notebook: `train(config, workdir)`.
 
-build (setup.py) -> restore or initialise -> compile the step programs (named and timed before the progress bar
-starts) -> one jitted, donated train step per batch -> metrics at log steps,
-checkpoints every config.train.ckpt_every steps and at the end, periodic evaluation -> EMA samples and timestep
-pictures. The loop's pieces are the methods of `Loop`: `_log` (the window's summary and the divergence check),
-`_checkpoint`, `_periodic_eval` and the stop request, each with its own clock.
+build (training/setup.py) -> restore or initialise -> compile the step programs (named and timed before the progress
+bar starts) -> one jitted, donated train step per batch -> metrics at log steps, checkpoints every
+config.train.ckpt_every steps and at the end, periodic evaluation (evaluation/periodic.py, handed the run's Setup and
+EMA parameters) -> EMA samples and timestep pictures. The loop's pieces are the methods of `Loop`: `_log` (the
+window's summary and the divergence check), `_checkpoint`, `_periodic_eval` and the stop request, each with its own
+clock.
 """
 
 import json
@@ -20,8 +21,8 @@ from config.validate import check_workdir
 from core import progress
 from data import DATASETS, BatchIterator, data_fingerprints, load_split
 from diffusion.base import Sampling
-from evaluation.evaluate import PeriodicEval
-from evaluation.generate import generate
+from diffusion.generate import generate
+from evaluation.periodic import PeriodicEval
 from training import aot, report
 from training import checkpoint as ckpt
 from training.lock import hold

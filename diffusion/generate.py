@@ -1,15 +1,15 @@
 """Samples from a run's parameters: the network function with classifier-free guidance (guided_apply), the jitted
 sampler of a shape (sampling_fn: decoded through the autoencoder for a latent model, kept in Setup.compiled so that
 periodic evaluations and FID chunks reuse one program) and `generate`, the collective every process calls. Used by
-the training loop's sample grid, --mode=eval and the periodic evaluation (evaluate.py), and notebooks."""
+the training loop's sample grid (drivers/train.py), --mode=eval, the periodic evaluation (evaluation/) and
+notebooks. `setup` is the run's training.setup.Setup, handed in by the caller: its process, network function
+(predict_fn), mesh and shardings."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from diffusion.base import to_u8  # noqa: F401 (the pixels' conversion, importable from here)
-from training.setup import TRACES, Setup
-from training.step import make_apply
+from core.traces import TRACES
 
 
 def guided_apply(apply, process, params, y, scale: float, num_classes: int):
@@ -38,7 +38,7 @@ def guided_apply(apply, process, params, y, scale: float, num_classes: int):
     return fn
 
 
-def sampling_fn(setup: Setup, method: str, steps: int, shape, guidance: float = 1.0):
+def sampling_fn(setup, method: str, steps: int, shape, guidance: float = 1.0):
     """fn(params, key, y) -> uint8 samples of `shape` (decoded through the autoencoder for a latent model),
     sharded over the data axis; y: [N] labels for a class-conditional model, else None. Jitted once per (method,
     steps, shape, guidance)."""
@@ -48,7 +48,7 @@ def sampling_fn(setup: Setup, method: str, steps: int, shape, guidance: float = 
     name = ("sample", method, steps, shape, guidance)
 
     def make():
-        apply = make_apply(setup.model)
+        apply = setup.predict_fn()
         ae = setup.autoencoder  # loaded here, outside the trace; its weights are an argument, not constants
 
         def constrain(x):
@@ -78,7 +78,7 @@ def sample_labels(num_classes: int, num: int, offset: int = 0):
 
 
 def generate(
-    setup: Setup, params, key, num: int, method: str = None, steps: int = None, guidance: float = None, offset: int = 0
+    setup, params, key, num: int, method: str = None, steps: int = None, guidance: float = None, offset: int = 0
 ) -> np.ndarray:
     """num samples from `params` as uint8 [num, H, W, C] (pixels: a latent model's samples are decoded), on every
     process (a collective: all processes call it). The batch is sharded over the data axis (num padded up to a
