@@ -484,6 +484,17 @@ def load_curve(wd):
     )
 
 
+def bound_unit(ev) -> str:
+    """The unit of an eval record's bound: its process's own (a process on tokens: bits per token, which is per
+    character on a character corpus), else bits/dim."""
+    return ev["nll_bpd"].get("protocol", {}).get("units", "bits/dim")
+
+
+def in_unit(text: str, unit: str) -> str:
+    """A report written in bits/dim, in `unit` instead."""
+    return text if unit == "bits/dim" else text.replace("bits/dim", unit).replace("Bits/dim", unit.capitalize())
+
+
 def load(wd):
     evals = sorted(f for f in os.listdir(os.path.join(wd, "eval")) if f.startswith("step_") and f.endswith(".json"))
     with open(os.path.join(wd, "eval", evals[-1])) as f:
@@ -497,8 +508,8 @@ def load(wd):
         bench_s=sum(bench.values()),
         eval_s=bench.get("eval", 0.0),
         final_bpd=ev["nll_bpd"]["value"],
-        fid_final=ev["fid"].get("fid"),
-        kid_final=ev["fid"].get("kid"),
+        fid_final=ev.get("fid", {}).get("fid"),
+        kid_final=ev.get("fid", {}).get("kid"),
         eval=ev,
         fp=measured_with(wd, ev),
     )
@@ -786,23 +797,30 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
             + f" | {'-' if name == BASE else seeds_cell(differences(results, name, 'final_bpd'), detect)} |"
         )
     lines += ["", f"Verdicts (paired differences d = run - {BASE}; 95% intervals; MDD as above):", ""]
+    metrics = [m for m in METRICS if any(d[m[0]] is not None for ds in results.values() for d in ds)]  # text: no FID
     for name, _, _ in runs:
         if name != BASE:
             lines.append(
                 f"- {name}: "
-                + "; ".join(verdict(name, differences(results, name, k), what, dec) for k, what, dec in METRICS)
+                + "; ".join(verdict(name, differences(results, name, k), what, dec) for k, what, dec in metrics)
                 + "."
             )
     lines += worse_and_rival(results, runs)
     ev = some["eval"]
-    fp = ev["fid"].get("protocol", {})
+    fid, bound = ev.get("fid", {}), ev["nll_bpd"]["protocol"]
+    fp = fid.get("protocol", {})
+    scored = (
+        f"FID/KID: {fp.get('samples')} samples, {fp.get('method')} {fp.get('steps')} steps, "
+        f"{fp.get('features')}; reference {fp.get('reference')}; the test split itself scores FID "
+        f"{fid.get('test_split', {}).get('fid', float('nan')):.3f}. "
+        if fp
+        else ""
+    )
+    curves = f"{some['bpd_key']}, {some['fid_key']}" if fp else some["bpd_key"]
     lines += [
         "",
-        f"Bits/dim: {ev['nll_bpd']['protocol']['bound']}, {ev['nll_bpd']['protocol']['images']} test "
-        f"images. FID/KID: {fp.get('samples')} samples, {fp.get('method')} {fp.get('steps')} steps, "
-        f"{fp.get('features')}; reference {fp.get('reference')}; the test split itself scores FID "
-        f"{ev['fid'].get('test_split', {}).get('fid', float('nan')):.3f}. Curves: periodic evaluation "
-        f"({some['bpd_key']}, {some['fid_key']}) every {every} steps.",
+        f"Bits/dim: {bound['bound']}, {bound['images']} test {'sequences' if 'units' in bound else 'images'}. "
+        f"{scored}Curves: periodic evaluation ({curves}) every {every} steps.",
     ]
     lines += fingerprint_note(results)
     note = estimate_note(results)
@@ -811,7 +829,7 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
     note = compute_note(results)
     if note:
         lines += ["", note]
-    return "\n".join(lines)
+    return in_unit("\n".join(lines), bound_unit(ev))
 
 
 def compute_note(results):
@@ -916,7 +934,11 @@ def final_metrics(wd):
         ev = json.load(f)
     fid = ev.get("fid", {})
     return dict(
-        final_bpd=ev["nll_bpd"]["value"], fid_final=fid.get("fid"), kid_final=fid.get("kid"), fp=measured_with(wd, ev)
+        final_bpd=ev["nll_bpd"]["value"],
+        fid_final=fid.get("fid"),
+        kid_final=fid.get("kid"),
+        fp=measured_with(wd, ev),
+        unit=bound_unit(ev),
     )
 
 
@@ -951,6 +973,8 @@ def sizing(out, detect=DETECT_BPD, fraction=DETECT_FRACTION):
                     file=sys.stderr,
                 )
                 ok.remove(s)
+            if not ok and key != "final_bpd":  # no FID or KID (text): no row
+                continue
             d = np.array([runs[s][key] - uni[s][key] for s in ok], np.float64)
             if len(d) < 2:
                 lines.append(f"| {name} | {len(d)} | {what} | - | - | - | - | - | - (needs 2 pairs) |")
@@ -963,7 +987,7 @@ def sizing(out, detect=DETECT_BPD, fraction=DETECT_FRACTION):
                 f"{_g(mdd(sd, len(d)), False, k)} | {_g(mdd_exact(sd, len(d)), False, k)} | {_g(target, False, k)} | "
                 f"{f'> {MAX_SEEDS}' if n is None else n} |"
             )
-    return "\n".join(lines)
+    return in_unit("\n".join(lines), next(iter(uni.values()))["unit"])
 
 
 def density_summary(density):
@@ -1112,7 +1136,7 @@ def plot(results, runs, path):
             (line,) = ax.plot(steps, v.mean(0), label=name)
             if len(ds) > 1:
                 ax.fill_between(steps, v.min(0), v.max(0), color=line.get_color(), alpha=0.2)
-    axes[0].set_ylabel(f"{some['bpd_key']} (bits/dim)")
+    axes[0].set_ylabel(f"{some['bpd_key']} ({bound_unit(some['eval'])})")
     axes[1].set_ylabel(some["fid_key"] or "FID")
     for ax in axes:
         ax.set_xlabel("training step")
@@ -1225,7 +1249,8 @@ def main():
             for name in tracks
             if name != BASE
         }
-        md += "\n\n" + policy_section(tracks, os.path.join(args.out, "policy.png"), gains)
+        unit = bound_unit(results[BASE][0]["eval"])
+        md += "\n\n" + in_unit(policy_section(tracks, os.path.join(args.out, "policy.png"), gains), unit)
         written.append(f"{args.out}/policy.png")
     with open(os.path.join(args.out, "samplers.md"), "w") as f:
         f.write(md + "\n")

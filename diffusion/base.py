@@ -3,16 +3,17 @@ config.diffusion.name and the named process's own fields).
 
 `Process` is what the train step (training/step.py), the timestep samplers (samplers/), the loss weightings
 (weightings/) and the set-up (training/setup.py) use: the config side, the time domain, the data and noise the step
-draws, the forward process and its loss, and the prior, with shapes and units. Three mixins add what a process may
-opt into, each a capability (config/registry.py) that parts and modes ask for: `Gaussian` (a Gaussian path x_t =
-alpha x0 + sigma eps with a log SNR and a regression target: the loss weightings, the samplers that work on log SNR
-or on the x0-MSE), `Sampling` (a sampler of data: sample grids, FID, text samples) and `Likelihood` (a test
-likelihood and the bound's rows: --mode=eval, the learned sampler's bound reward). A process subclasses Process (and
+draws, the forward process and its loss, and the prior, with shapes and units. Four mixins add what a process may
+opt into, each a capability (config/registry.py) that parts and modes ask for: `NoiseLevel` (a log SNR and a noise
+level in (0, 1) with their inverses: the samplers that place a density on them), `Gaussian` (a Gaussian path x_t =
+alpha x0 + sigma eps, a NoiseLevel with a regression target: the loss weightings, the samplers that work on the
+x0-MSE), `Sampling` (a sampler of data: sample grids, FID, text samples) and `Likelihood` (a test likelihood and the
+bound's rows: --mode=eval, the learned sampler's bound reward). A process subclasses Process (and
 the mixins it offers) and is registered with `@PROCESSES.register`; registering one that leaves an abstract member
 out is refused in one line naming the members. ddpm.py implements all of it on the discrete chain, continuous.py the
 path math and sampling for every Gaussian path in continuous time (vp.py, flow.py, edm.py give only their path, their
-prior if it is not N(0, I), and their likelihood); masked.py is a process on tokens that is not Gaussian (no log SNR
-as a noise level, no MSE). docs/extending.md shows the whole of a new process.
+prior if it is not N(0, I), and their likelihood); masked.py is a process on tokens that is not Gaussian (a noise
+level, the masking rate, but no Gaussian path and no MSE). docs/extending.md shows the whole of a new process.
 
 Conventions: images x0, x_t, noise are float32 [B, H, W, C] (pixels in [-1, 1]); tokens are int32 [B, L] (masked.py,
 its noise uniform [B, L]); t is [B] in the process's time domain (`time`: int32 steps 0..T-1, or float32 in [0, 1],
@@ -56,6 +57,7 @@ class Process(abc.ABC):
     time_domain = None  # its time domain's class (diffusion/time.py: DiscreteTime or ContinuousTime): required
     time_field: str = "grid"  # the field giving the time domain's size (T, or the grid): bounds "T" of other fields
     learned_variance = False  # the network also outputs the reverse variance (DDPM's learned_range)
+    vocab_size: int = 0  # data of tokens: x0 int32 [B, L] in 0..vocab_size-1 (masked.py); 0 for continuous data
 
     # -- the config side (classmethods: before anything is built) -------------------------------------------------
     @classmethod
@@ -77,14 +79,16 @@ class Process(abc.ABC):
     def offers(cls, cfg) -> set:
         """What samplers, weightings and modes may need of it, a set of config.registry CAPABILITIES, derived from
         what the class defines: its time domain's (DISCRETE or CONTINUOUS); GAUSSIAN where it opts into the Gaussian
-        mixin, and INVERTIBLE where it then defines both t_of_logsnr and t_of_sigma; FIXED_SCHEDULE where it keeps
+        mixin; INVERTIBLE where it has a noise level (NoiseLevel, which Gaussian extends) and defines both
+        t_of_logsnr and t_of_sigma; FIXED_SCHEDULE where it keeps
         init_params and bind (no parameters of its own); SAMPLING and LIKELIHOOD where it opts into the mixins. A
         process whose offer depends on its config (VP's learned schedule) narrows this, once, here."""
         out = {cls.time_domain.capability}
         if issubclass(cls, Gaussian):
             out.add(GAUSSIAN)
-            if _overrides(cls, "t_of_logsnr", Gaussian) and _overrides(cls, "t_of_sigma", Gaussian):
-                out.add(INVERTIBLE)
+        level = issubclass(cls, NoiseLevel)
+        if level and _overrides(cls, "t_of_logsnr", NoiseLevel) and _overrides(cls, "t_of_sigma", NoiseLevel):
+            out.add(INVERTIBLE)
         if not (_overrides(cls, "init_params", Process) or _overrides(cls, "bind", Process)):
             out.add(FIXED_SCHEDULE)
         if issubclass(cls, Sampling):
@@ -160,15 +164,15 @@ class Process(abc.ABC):
         """log density of the prior at x [B, ...]: [B] nats."""
 
 
-class Gaussian(abc.ABC):
-    """A process on a Gaussian path (capability GAUSSIAN): x_t = alpha x0 + sigma eps, its log SNR as the noise
-    level, the network's regression target and the factors between target and x0 MSEs. The loss weightings (which
-    are functions of these coefficients) and the samplers that work on log SNR or the x0-MSE need it; a process on
-    tokens does not offer it."""
+class NoiseLevel(abc.ABC):
+    """A noise level that samplers place their densities on (capability INVERTIBLE where the process defines both
+    inverses): log SNR lambda(t), decreasing in t, and the level n in (0, 1) that the logit-normal and bell samplers
+    draw. On a Gaussian path lambda = log(alpha^2 / sigma^2); on the masked process lambda = log(alpha / (1 - alpha)),
+    the log-odds that a token is kept, and n the masking rate 1 - alpha (diffusion/masked.py)."""
 
     @abc.abstractmethod
     def logsnr(self, t):
-        """log SNR = log(alpha^2 / sigma^2) at t [B]: float32 [B] (-inf where there is no signal)."""
+        """log SNR at t [B]: float32 [B] (-inf where there is no signal)."""
 
     def t_of_logsnr(self, lam):
         """The time of log SNR lam [B] (clipped into the domain; on a chain the step of the nearest noise level):
@@ -176,10 +180,18 @@ class Gaussian(abc.ABC):
         raise NotImplementedError(f"the process {self.name!r} has no inverse of its log SNR")
 
     def t_of_sigma(self, n):
-        """The time whose noise level is n [B], in (0, 1): [B]. The level is the logit-normal sampler's variable:
-        the variance-preserving sqrt(sigmoid(-log SNR)) on a VP path, a chain and EDM, t itself on a flow (SD3's
-        sampler). Only where it offers INVERTIBLE."""
+        """The time whose noise level is n [B], in (0, 1) (clipped into the domain): [B]. The level is the
+        logit-normal and bell samplers' variable: the variance-preserving sqrt(sigmoid(-log SNR)) on a VP path, a
+        chain and EDM, t itself on a flow (SD3's sampler), the masking rate 1 - alpha on the masked process. Only
+        where it offers INVERTIBLE."""
         raise NotImplementedError(f"the process {self.name!r} has no inverse of its noise level")
+
+
+class Gaussian(NoiseLevel):
+    """A process on a Gaussian path (capability GAUSSIAN): x_t = alpha x0 + sigma eps, its log SNR
+    log(alpha^2 / sigma^2) as the noise level (NoiseLevel), the network's regression target and the factors between
+    target and x0 MSEs. The loss weightings (which are functions of these coefficients) and the samplers that work on
+    the x0-MSE need it; a process on tokens does not offer it."""
 
     @abc.abstractmethod
     def path_coefs(self, t):

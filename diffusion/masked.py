@@ -21,6 +21,15 @@ in nats per sequence; divided by L ln 2 it is in bits per token (bits per charac
 `loss2bpt`. The bound is invariant to the schedule between its end points (change variables to alpha), so the
 schedule and a time sampler with importance weights only change the variance of its estimate.
 
+Time and noise level. The time t in [0, 1] that samplers draw is not the masking rate: the masking time is s(t)
+(below) and the masking rate, the expected fraction of [MASK] tokens, is m = 1 - alpha(s(t)); m is t (up to the
+ends' eps) only for the linear schedule. With the masked cross-entropy per token c(m), the integrand per unit of t
+is (dm/dt) c(m) / ln 2 in bits per token, so the diffusion term is int c(m) dm / ln 2 over m in [m(0), m(1)]
+whatever the schedule. As a NoiseLevel (diffusion/base.py) the process offers m as its noise level
+(t_of_sigma: the time of a masking rate) and lambda = log(alpha / (1 - alpha)) as its log SNR (t_of_logsnr): a
+sampler's density over m or lambda then means the same masking rates under every schedule (samplers/bell.py,
+logitnormal.py, adaptive_noise.py; docs/method.md#time-samplers-on-the-masked-process).
+
 Ends of time (config.diffusion.ends):
 - "truncate" (MDLM; the default): s = eps + (1 - eps) t for the time t in [0, 1] that samplers draw, so s lies in
   [eps, 1] and w(s) stays finite (1 / s for linear); the integrand per unit of t carries the factor (1 - eps). The
@@ -58,7 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from config.fields import Choice, FieldError, Int, Num
-from diffusion.base import PROCESSES, Likelihood, Process, Sampling
+from diffusion.base import PROCESSES, Likelihood, NoiseLevel, Process, Sampling
 from diffusion.continuous import stratified_times
 from diffusion.gaussian import LN2
 from diffusion.time import ContinuousTime
@@ -85,6 +94,23 @@ def schedule_alpha(name: str, s, power: float = 2.0, eps: float = 0.0, xp=jnp):
     raise ValueError(f"masking schedule {name!r} is not one of {', '.join(SCHEDULES)}")
 
 
+def schedule_time(name: str, a, power: float = 2.0, eps: float = 0.0, xp=jnp):
+    """The masking time s of alpha = a under schedule `name` before any squeezing, the inverse of schedule_alpha: a
+    in [0, 1] (clipped there), s in its dtype."""
+    a = xp.clip(a, 0.0, 1.0)
+    if name == "linear":
+        return 1.0 - a
+    if name == "cosine":
+        return xp.arccos(a) / (0.5 * math.pi)
+    if name == "cosine_md4":
+        return 1.0 - xp.arccos(1.0 - a) / (0.5 * math.pi)
+    if name == "polynomial":
+        return (1.0 - a) ** (1.0 / power)
+    if name == "loglinear":
+        return (1.0 - a) / (1.0 - eps)
+    raise ValueError(f"masking schedule {name!r} is not one of {', '.join(SCHEDULES)}")
+
+
 def check_tokens(cfg, ctx):
     """A process on tokens needs a dataset of tokens with its vocabulary (ctx["vocab_size"]: 0 for images)."""
     if not ctx["vocab_size"]:
@@ -105,7 +131,7 @@ def masked_cross_entropy(logits, x0, xt, mask_id: int):
 
 
 @PROCESSES.register
-class Masked(Process, Sampling, Likelihood):
+class Masked(Process, NoiseLevel, Sampling, Likelihood):
     """Masked diffusion of tokens (module docstring)."""
 
     name = "masked"
@@ -158,6 +184,32 @@ class Masked(Process, Sampling, Likelihood):
         if self.ends == "squeeze":
             return (1.0 - 2.0 * self.eps) * a + self.eps, (1.0 - 2.0 * self.eps) * da
         return a, da
+
+    def time_of_alpha(self, a, xp=jnp):
+        """The sampler's time t in [0, 1] at which alpha(s(t)) = a [B] (clipped into [0, 1]), the inverse of alpha
+        and of masking_time."""
+        if self.ends == "squeeze":
+            a = (a - self.eps) / (1.0 - 2.0 * self.eps)
+        s = schedule_time(self.schedule, a, self.power, self.eps, xp)
+        t = (s - self.eps) / (1.0 - self.eps) if self.ends == "truncate" else s
+        return xp.clip(t, 0.0, 1.0)
+
+    # -- the noise level (diffusion.base.NoiseLevel): the samplers' densities over it are the same for every
+    # schedule, since the bound is a function of alpha alone (module docstring)
+    def logsnr(self, t):
+        """lambda = log(alpha / (1 - alpha)) at t [B], the log-odds that a token is kept (alpha = sigmoid(lambda), as
+        alpha^2 on a VP path): float32 [B], -inf where every token is masked."""
+        a = self.alpha(self.masking_time(t))[0]
+        return jnp.log(a) - jnp.log1p(-a)
+
+    def t_of_logsnr(self, lam):
+        """The time of log-odds lam [B], clipped into [0, 1]."""
+        return self.time_of_alpha(jax.nn.sigmoid(lam))
+
+    def t_of_sigma(self, n):
+        """The time whose masking rate 1 - alpha is n [B], clipped into [0, 1] (a rate beyond the schedule's ends,
+        which truncation or squeezing keep from 0 and 1, lands on the end)."""
+        return self.time_of_alpha(1.0 - n)
 
     def weight(self, s, xp=jnp):
         """w(s) = -alpha'(s) / (1 - alpha(s)) [B], the bound's weight of the masked cross-entropy."""
@@ -256,7 +308,7 @@ class Masked(Process, Sampling, Likelihood):
             f"eps={self.eps}): diffusion term from {self.likelihood_steps} stratified times (one uniform time in each "
             "of as many equal cells of [0, 1), fresh masks per time), plus the reconstruction term "
             "L (1 - alpha(s_min)) log V, prior term 0",
-            units="bits per token (per character on a character corpus)",
+            units="bits per token",  # per character on a character corpus (data/text.py)
         )
 
     def estimate_protocol(self, num_t: int) -> str:

@@ -154,6 +154,8 @@ def summary(record: dict) -> str:
     proto = nll["protocol"]
     how = f"all {proto['timesteps']} timesteps" if "timesteps" in proto else proto["bound"].split(":")[0]
     rel = "<=" if "not a bound" not in proto["bound"] else "~"  # the ODE likelihood is an estimate, not a bound
+    # a process on tokens names its units (bits per token: per character on a character corpus)
+    unit, items = (proto["units"], "sequences") if "units" in proto else ("bits/dim", "images")
     if "strata" in proto:  # an unbiased estimate of the bound, with its own standard error
         rel = "~"
         se = nll["estimate_stderr"]
@@ -162,8 +164,8 @@ def summary(record: dict) -> str:
             f"+- {se:.4f} of the full bound"
         )
     return (
-        f"checkpoint {record['checkpoint_step']}: test NLL {rel} {nll['value']:.4f} bits/dim "
-        f"(+- {nll['stderr'] or 0:.4f}, {proto['images']} images, {how}, {proto['seconds']:.1f} s)"
+        f"checkpoint {record['checkpoint_step']}: test NLL {rel} {nll['value']:.4f} {unit} "
+        f"(+- {nll['stderr'] or 0:.4f}, {proto['images']} {items}, {how}, {proto['seconds']:.1f} s)"
         + _fid_line(record.get("fid", {}))
         + (f"\nResults: {record['path']}" if "path" in record else "")
     )

@@ -44,6 +44,10 @@ field (entropy_coef, policy_grad_clip, policy_lr) means the same in both domains
 training objective w(t) MSE at S (plus a learned variance's term). The default, "bound", is the paper's objective;
 in continuous time it measured better than "loss"
 (docs/benchmarks/first_runs.md#flow-matching-on-the-digits-2026-12-01).
+
+Tokens (the masked process, diffusion/masked.py): the policy reads the clean sequence (samplers/policy.py's token
+trunk); the bound's rows are the masked NELBO's integrand per unit of t (Masked.row_terms, bits per token), so the
+"bound" reward is the reduction of the NELBO's per-t terms at S, times 1 / grid as in any continuous time.
 """
 
 import jax
@@ -51,7 +55,7 @@ import jax.numpy as jnp
 import optax
 from jax.scipy.special import betainc
 
-from config.fields import Bool, Choice, ConfigError, FieldError, Int, Ints, Num
+from config.fields import Bool, Choice, FieldError, Int, Ints, Num
 from config.registry import DISCRETE, FIXED_SCHEDULE, INVERTIBLE, LIKELIHOOD, Need
 from samplers import policy_diagnostics
 from samplers.base import SAMPLERS, Sampler
@@ -183,11 +187,6 @@ class AdaptiveSampler(Sampler):
 
     @classmethod
     def check(cls, cfg, ctx):
-        if ctx["vocab_size"]:  # tokens [B, L]: the policy (samplers/policy.py) is a conv net on images
-            raise ConfigError(
-                f"config.sampler.name='adaptive' is not allowed with config.data.name={ctx['data_name']!r}: its policy "
-                "network reads images and the data are tokens; use uniform or antithetic"
-            )
         T, B = ctx["T"], ctx["B"]
         K = len(range(0, T, cfg.sweep_stride))
 
@@ -222,7 +221,7 @@ class AdaptiveSampler(Sampler):
 
     def __init__(self, cfg, process, batch_size):
         super().__init__(cfg, process, batch_size)
-        self.policy = BetaPolicy(tuple(cfg.policy_channels), tuple(cfg.policy_hidden))
+        self.policy = BetaPolicy(tuple(cfg.policy_channels), tuple(cfg.policy_hidden), vocab=process.vocab_size)
         self.tx = optax.chain(
             optax.clip_by_global_norm(cfg.policy_grad_clip),
             optax.adam(cfg.policy_lr, b1=cfg.policy_b1, b2=cfg.policy_b2),

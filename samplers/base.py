@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from config.registry import DISCRETE, INVERTIBLE, NESTED, Need, Registry
+from config.registry import DISCRETE, GAUSSIAN, INVERTIBLE, NESTED, Need, Registry
 from diffusion.time import cdf_of, inverse_cdf
 
 SAMPLERS = Registry("sampler", NESTED)
@@ -73,11 +73,13 @@ class Sampler:
 
     name = "base"
     FIELDS: Dict[str, Any] = {}
-    # Whether the sampler has a meaning in continuous time (process.time: t float32 in [0, 1]), and whether
-    # it maps noise levels to times through the process's inverse log SNR; `needs` turns both into what it asks of
-    # the process, which validation checks against what the process offers (one line when it lacks one).
+    # Whether the sampler has a meaning in continuous time (process.time: t float32 in [0, 1]), whether it maps
+    # noise levels to times through the process's inverses (diffusion.base.NoiseLevel), and whether its formula is
+    # one of a Gaussian path (EDM's sigma, the x0-MSE); `needs` turns them into what it asks of the process, which
+    # validation checks against what the process offers (one line when it lacks one).
     continuous = False
     inverts = False
+    gaussian = False
 
     @classmethod
     def needs(cls, cfg) -> list:
@@ -85,6 +87,8 @@ class Sampler:
         out = [] if cls.continuous else [Need(DISCRETE)]
         if cls.inverts:
             out.append(Need(INVERTIBLE))
+        if cls.gaussian:
+            out.append(Need(GAUSSIAN))
         return out
 
     def __init__(self, cfg, process, batch_size: int):

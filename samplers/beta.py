@@ -49,24 +49,42 @@ def draw_unit(key, a, b, n: int, mix: float):
     return jnp.minimum(u, BELOW_ONE)
 
 
-@SAMPLERS.register
-class BetaSampler(FixedTableSampler):
-    name = "beta"
-    continuous = True
-    FIELDS = dict(
-        a=Num(1.0, 0, lo_open=True, note="Beta(a, b) of t / T (continuous: of t); 1, 1 is uniform"),
-        b=Num(1.0, 0, lo_open=True, note="Beta(a, b): mass near t = 0 when a < b"),
+def beta_fields(default: float, a_note: str, b_note: str) -> dict:
+    """The fields of a fixed Beta(a, b) (this sampler's of t, the bell's of a noise level): a, b, importance weights
+    and a uniform floor."""
+    return dict(
+        a=Num(default, 0, lo_open=True, note=a_note),
+        b=Num(default, 0, lo_open=True, note=b_note),
         importance_weights=Bool(False),
         uniform_mix=Num(0.0, 0, 1, hi_open=True, note="m: the share of draws that are uniform (a floor under q)"),
     )
 
+
+def weighting_needs(cfg) -> list:
+    """Without importance weights the density re-weights the objective: as the learned sampler's own need says."""
+    if cfg.importance_weights:
+        return []
+    why = "a learned schedule descends the bound only where t is uniform or importance-weighted"
+    return [Need(FIXED_SCHEDULE, "importance_weights", False, "True", why)]
+
+
+def mixture_log_density(u, a, b, mix: float):
+    """log q(u) of q = (1 - mix) Beta(a, b) + mix U[0, 1) at u in [0, 1): [B] float32."""
+    logp = beta_dist.logpdf(u, a, b)
+    return logp if mix == 0.0 else jnp.logaddexp(jnp.log1p(-mix) + logp, jnp.log(mix))
+
+
+@SAMPLERS.register
+class BetaSampler(FixedTableSampler):
+    name = "beta"
+    continuous = True
+    FIELDS = beta_fields(
+        1.0, "Beta(a, b) of t / T (continuous: of t); 1, 1 is uniform", "Beta(a, b): mass near t = 0 when a < b"
+    )
+
     @classmethod
     def needs(cls, cfg):
-        out = super().needs(cfg)
-        if not cfg.importance_weights:  # a weighting of the objective: as the learned sampler's own need says
-            why = "a learned schedule descends the bound only where t is uniform or importance-weighted"
-            out.append(Need(FIXED_SCHEDULE, "importance_weights", False, "True", why))
-        return out
+        return super().needs(cfg) + weighting_needs(cfg)
 
     @classmethod
     def table(cls, cfg, process):
@@ -78,9 +96,7 @@ class BetaSampler(FixedTableSampler):
 
     def log_density(self, t):
         """log q(t) for continuous t in [0, 1): [B] float32."""
-        logp = beta_dist.logpdf(t, self.cfg.a, self.cfg.b)
-        m = self.cfg.uniform_mix
-        return logp if m == 0.0 else jnp.logaddexp(jnp.log1p(-m) + logp, jnp.log(m))
+        return mixture_log_density(t, self.cfg.a, self.cfg.b, self.cfg.uniform_mix)
 
     def exact(self, key, n):
         return draw_unit(key, self.cfg.a, self.cfg.b, n, self.cfg.uniform_mix)

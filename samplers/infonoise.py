@@ -58,6 +58,7 @@ class InfoNoiseSampler(HistogramSampler):
     name = "infonoise"
     continuous = True
     inverts = True
+    gaussian = True  # the x0-MSE and its factors (process.x0_mse_factor)
     importance = False
     QUANTITIES = ("x0_mse", "rel_weight")
     FIELDS = dict(

@@ -44,6 +44,7 @@ class LogNormalSampler(FixedTableSampler):
     name = "lognormal"
     continuous = True
     inverts = True
+    gaussian = True  # EDM's sigma of a Gaussian path
     FIELDS = dict(mean=Num(-1.2, note="(EDM: -1.2)"), std=Num(1.2, 0, lo_open=True, note="(EDM: 1.2)"))
 
     @classmethod

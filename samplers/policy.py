@@ -4,6 +4,11 @@ A conv trunk (3x3 convs with ReLU, 2x2 max-pool while the image is at least 2x2)
 image size and channel count works (the reference flattens a fixed 32x32x3 map), an MLP, and two heads:
 alpha = softplus(o1) + 1e-5, beta = softplus(o2) + 1e-5. The heads start at weight 0, bias 0.5, so every image
 starts at Beta(0.974, 0.974), close to uniform.
+
+Tokens (`vocab` > 0, the process's vocab_size: a sequence [B, L] of a masked diffusion LM): the same trunk in one
+dimension, on an embedding of the tokens (width the first channel count): width-3 convs with ReLU and 2-wide
+max-pool while the sequence is at least 2 long, then the average over positions, the MLP and the heads as above.
+This trunk is this project's (the reference policy reads images only).
 """
 
 from typing import Sequence
@@ -19,16 +24,25 @@ U_EPS = 1e-6  # u is clipped into (U_EPS, 1 - U_EPS) before its log-density
 class BetaPolicy(nn.Module):
     channels: Sequence[int] = (32, 64, 128)
     hidden: Sequence[int] = (256, 256)
+    vocab: int = 0  # tokens of this many symbols; 0: images
 
     @nn.compact
     def __call__(self, x0):
-        """x0: [B, H, W, C] in [-1, 1] -> (alpha [B], beta [B])."""
-        h = x0
-        for c in self.channels:
-            h = nn.relu(nn.Conv(c, (3, 3))(h))
-            if h.shape[1] >= 2 and h.shape[2] >= 2:
-                h = nn.max_pool(h, (2, 2), strides=(2, 2))
-        h = jnp.mean(h, axis=(1, 2))
+        """x0: [B, H, W, C] in [-1, 1], or int tokens [B, L] in 0..vocab-1 -> (alpha [B], beta [B])."""
+        if self.vocab:
+            h = nn.Embed(self.vocab, self.channels[0] if self.channels else 16)(jnp.asarray(x0).astype(jnp.int32))
+            for c in self.channels:
+                h = nn.relu(nn.Conv(c, (3,))(h))
+                if h.shape[1] >= 2:
+                    h = nn.max_pool(h, (2,), strides=(2,))
+            h = jnp.mean(h, axis=1)
+        else:
+            h = x0
+            for c in self.channels:
+                h = nn.relu(nn.Conv(c, (3, 3))(h))
+                if h.shape[1] >= 2 and h.shape[2] >= 2:
+                    h = nn.max_pool(h, (2, 2), strides=(2, 2))
+            h = jnp.mean(h, axis=(1, 2))
         for d in self.hidden:
             h = nn.relu(nn.Dense(d)(h))
         o = nn.Dense(2, kernel_init=nn.initializers.zeros, bias_init=nn.initializers.constant(0.5))(h)

@@ -408,7 +408,7 @@ def test_a_new_samplers_needs_are_checked_by_what_it_declares():
         assert str(e.value) == (
             "config.sampler.name='test_inverting' is not allowed with config.diffusion.schedule='learned': the "
             "learned schedule has no inverse to map noise levels to times; use one of adaptive, antithetic, beta, "
-            "test_plain, uniform"
+            "loss_second_moment, test_plain, uniform"
         )
     finally:
         for cls in (PlainSampler, InvertingSampler):

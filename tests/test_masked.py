@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from config.registry import CONTINUOUS, FIXED_SCHEDULE, LIKELIHOOD, SAMPLING
+from config.registry import CONTINUOUS, FIXED_SCHEDULE, INVERTIBLE, LIKELIHOOD, SAMPLING
 from diffusion.masked import SCHEDULES, Masked
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -39,9 +39,9 @@ def fixture_network(xt, t):
     return W[None] + jnp.where(masked, t[:, None, None] * W2[None], 0.0)
 
 
-def test_offers_tokens_not_a_gaussian_path():
-    assert Masked.offers(None) == {CONTINUOUS, FIXED_SCHEDULE, SAMPLING, LIKELIHOOD}
-    assert not hasattr(Masked, "logsnr") and not hasattr(Masked, "path_coefs")
+def test_offers_tokens_and_a_noise_level_not_a_gaussian_path():
+    assert Masked.offers(None) == {CONTINUOUS, INVERTIBLE, FIXED_SCHEDULE, SAMPLING, LIKELIHOOD}
+    assert not hasattr(Masked, "path_coefs") and not hasattr(Masked, "x0_mse_factor")
 
 
 @pytest.mark.parametrize("name", list(MD4_NAMES))

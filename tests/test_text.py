@@ -200,8 +200,8 @@ def test_bound_rows_of_the_masked_process_are_its_nelbo_terms():
 
 
 def test_token_configs_refused_in_one_line():
-    """Image data under a token process, a vocabulary that is not the data's, and the learned sampler's image policy
-    on tokens: each refused before anything is built."""
+    """Image data under a token process, a vocabulary that is not the data's, and a loss weighting of a Gaussian
+    path on tokens: each refused before anything is built."""
     from config.schema import switch_part
     from config.validate import ConfigError, validate
 
@@ -216,8 +216,6 @@ def test_token_configs_refused_in_one_line():
     c = text_config()
     switch_part(c, "data", "digits")
     assert "config.data.name='digits' holds no tokens" in refusal(c)
-    c = text_config(**{"sampler.name": "adaptive"})
-    assert refusal(c).startswith("config.sampler.name='adaptive' is not allowed with config.data.name='tiny_text'")
     c = text_config(**{"weighting.name": "min_snr"})
     assert "the weighting is a function of the Gaussian path's log SNR" in refusal(c)
 
