@@ -75,10 +75,10 @@ class Autoregressive(Process, Sampling, Likelihood):
     def prior_logp(self, x):
         return jnp.zeros(x.shape[:1], jnp.float32)
 
-    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0):
+    def nll_bpd(self, apply_fn, x0, key, *, pixels: bool = True, max_rows: int = 0):
         return self.nll_rows(apply_fn, x0), None, None
 
-    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
+    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, pixels: bool = True, max_rows: int = 0):
         return self.nll_rows(apply_fn, x0)
 
     def bound_protocol(self) -> dict:

@@ -283,17 +283,15 @@ class Likelihood(abc.ABC):
         same as "bound"."""
 
     @abc.abstractmethod
-    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0):
+    def nll_bpd(self, apply_fn, x0, key, *, pixels: bool = True, max_rows: int = 0):
         """(nll [B] bits/dim, terms or None, prior or None): --mode=eval's test likelihood (a bound with its terms,
-        or the ODE's exact one where exact_likelihood); clip_denoised=True for 8-bit pixels."""
+        or the ODE's exact one where exact_likelihood); pixels=True for 8-bit pixels."""
 
     @abc.abstractmethod
-    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
+    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, pixels: bool = True, max_rows: int = 0):
         """A cheaper estimate of nll_bpd from num_t times or steps (the periodic evaluation): [B] bits/dim."""
 
-    def nll_bpd_strata(
-        self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, clip_denoised=True, max_rows=0
-    ):
+    def nll_bpd_strata(self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, pixels=True, max_rows=0):
         """(decoder [B, d], parts [B, K, m], exact [B]): a stratified estimate of nll_bpd's bound that carries its
         own standard error (--mode=eval with eval.bound_strata = K > 0; evaluation/bound.py stratified_bound).
         The bound's noise-end term is exact; its data-end term, the decoder (the chain's L_0, VDM's

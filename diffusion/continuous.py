@@ -333,11 +333,11 @@ class ODELikelihood(Likelihood):
             "dequantisation (fewer steps than --mode=eval's: a cheaper, less accurate number)"
         )
 
-    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0, num_t: int = 0):
-        """(-log p(x0) [B] in bits/dim through the ODE, None, None); clip_denoised=True (pixels) dequantises."""
-        return self.ode_nll_bpd(apply_fn, x0, key, steps=num_t, dequantize=clip_denoised), None, None
+    def nll_bpd(self, apply_fn, x0, key, *, pixels: bool = True, max_rows: int = 0, num_t: int = 0):
+        """(-log p(x0) [B] in bits/dim through the ODE, None, None); pixels=True dequantises."""
+        return self.ode_nll_bpd(apply_fn, x0, key, steps=num_t, dequantize=pixels), None, None
 
-    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
+    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, pixels: bool = True, max_rows: int = 0):
         """The ODE likelihood with num_t Heun steps (cheaper, less accurate; the same key gives the same
         dequantisation and probes)."""
-        return self.nll_bpd(apply_fn, x0, key, clip_denoised=clip_denoised, num_t=num_t)[0]
+        return self.nll_bpd(apply_fn, x0, key, pixels=pixels, num_t=num_t)[0]

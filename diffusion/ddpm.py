@@ -329,29 +329,28 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
         xt = self.q_sample(x0, t, noise)
         return fn(x0, xt, t, apply_fn(xt, t), clip_x0)
 
-    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0):
+    def nll_bpd(self, apply_fn, x0, key, *, pixels: bool = True, max_rows: int = 0):
         """The full bound, NLL <= sum_{t=0}^{T-1} L_t + L_T, in bits/dim per example. Every t gets its own noise.
 
-        Returns (nll [B], terms [B, T], prior [B]). clip_denoised=True as improved-diffusion's calc_bpd_loop.
+        Returns (nll [B], terms [B, T], prior [B]). pixels=True (8-bit pixels) clips x0_hat as improved-diffusion's
+        calc_bpd_loop does (its clip_denoised).
         """
         ts = jnp.arange(self.num_timesteps, dtype=jnp.int32)
         noise = jax.random.normal(key, (self.num_timesteps,) + x0.shape, x0.dtype)
-        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_x0=clip_denoised, max_rows=max_rows)
+        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_x0=pixels, max_rows=max_rows)
         prior = self.prior_bpd(x0)
         return terms.sum(axis=1) + prior, terms, prior
 
-    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
+    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, pixels: bool = True, max_rows: int = 0):
         """An unbiased estimate of nll_bpd's bound from num_t timesteps (gaussian.stratified_timesteps), per
         example: [B]. The noise is drawn as nll_bpd's (normal(key, [num_t, ...])): with num_t = T every stratum is
         one timestep and the estimate is exactly nll_bpd."""
         ts, weights = stratified_timesteps(self.num_timesteps, num_t, jax.random.fold_in(key, 0x7157))
         noise = jax.random.normal(key, (num_t,) + x0.shape, x0.dtype)
-        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_x0=clip_denoised, max_rows=max_rows)
+        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_x0=pixels, max_rows=max_rows)
         return (terms * weights).sum(axis=1) + self.prior_bpd(x0)
 
-    def nll_bpd_strata(
-        self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, clip_denoised=True, max_rows=0
-    ):
+    def nll_bpd_strata(self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, pixels=True, max_rows=0):
         """The stratified estimate of nll_bpd's bound with a standard error (base.Likelihood.nll_bpd_strata): (L_0 at
         decoder_draws noises [B, d], parts [B, K, m], prior L_T [B]). parts[:, k, j] = n_k L_{t_kj} over the K
         geometric strata of 1..T-1 (gaussian.strata_timesteps, drawn from t_key), n_k the stratum's size; every row
@@ -360,7 +359,7 @@ class DDPM(Process, Gaussian, Sampling, Likelihood):
         d, n = decoder_draws, strata * per_stratum
         ts = jnp.concatenate([jnp.zeros((d,), jnp.int32), ts.reshape(-1)])
         noise = jax.random.normal(key, (d + n,) + x0.shape, x0.dtype)
-        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_x0=clip_denoised, max_rows=max_rows)
+        terms = self.bound_terms(apply_fn, x0, ts, noise, clip_x0=pixels, max_rows=max_rows)
         parts = terms[:, d:].reshape(x0.shape[0], strata, per_stratum) * sizes[:, None]
         return terms[:, :d], parts, self.prior_bpd(x0)
 

@@ -288,7 +288,7 @@ class Masked(Process, NoiseLevel, Sampling, Likelihood):
         keys = jax.random.split(key, ts.shape[0])
         return jax.lax.scan(one, None, (keys, ts))[1].T
 
-    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0, num_t: int = 0):
+    def nll_bpd(self, apply_fn, x0, key, *, pixels: bool = True, max_rows: int = 0, num_t: int = 0):
         """(bound [B] bits per token, diffusion term's K stratified terms [B, K], prior [B] = 0): the bound with its
         diffusion term estimated from K = num_t (default likelihood_steps) stratified times, one in each of K equal
         cells of [0, 1), unbiased; plus the reconstruction term (exact)."""
@@ -298,7 +298,7 @@ class Masked(Process, NoiseLevel, Sampling, Likelihood):
         prior = jnp.zeros(x0.shape[:1], jnp.float32)
         return terms.sum(axis=1) + self.reconstruction_bpt() + prior, terms, prior
 
-    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
+    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, pixels: bool = True, max_rows: int = 0):
         """nll_bpd from num_t stratified times."""
         return self.nll_bpd(apply_fn, x0, key, num_t=num_t)[0]
 

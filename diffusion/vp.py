@@ -224,7 +224,7 @@ class VP(ContinuousProcess, Likelihood):
         k = jnp.clip(jnp.round((x0 + 1.0) * 127.5), 0, 255).astype(jnp.int32)
         return -mean_flat(jnp.take_along_axis(logp, k[..., None], axis=-1)[..., 0]) / LN2
 
-    def nll_bpd(self, apply_fn, x0, key, *, clip_denoised: bool = True, max_rows: int = 0, num_t: int = 0):
+    def nll_bpd(self, apply_fn, x0, key, *, pixels: bool = True, max_rows: int = 0, num_t: int = 0):
         """(ELBO [B], diffusion loss [B], prior + reconstruction [B]) in bits/dim, the diffusion loss from num_t
         (default bound_points) stratified times."""
         k_diff, k_rec = jax.random.split(key)
@@ -232,9 +232,7 @@ class VP(ContinuousProcess, Likelihood):
         ends = self.prior_bpd(x0) + self.reconstruction_bpd(x0, k_rec)
         return diff + ends, diff, ends
 
-    def nll_bpd_strata(
-        self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, clip_denoised=True, max_rows=0
-    ):
+    def nll_bpd_strata(self, apply_fn, x0, t_key, key, strata, per_stratum, decoder_draws, *, pixels=True, max_rows=0):
         """The ELBO's stratified estimate with a standard error (base.Likelihood.nll_bpd_strata): (the reconstruction
         term at decoder_draws draws of z_0 [B, d], parts [B, K, m], the prior KL [B], exact). parts[:, k, j] is the
         diffusion loss's estimate from one uniform position in the k-th of K equal cells, as diffusion_loss's (in log
@@ -260,7 +258,7 @@ class VP(ContinuousProcess, Likelihood):
             schedule=f"{self.schedule_name}, log SNR {self.hi} -> {self.lo}",
         )
 
-    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, clip_denoised: bool = True, max_rows: int = 0):
+    def nll_bpd_estimate(self, apply_fn, x0, key, num_t: int, *, pixels: bool = True, max_rows: int = 0):
         """The ELBO with the diffusion loss from num_t stratified times (unbiased; equal to nll_bpd's with
         num_t = bound_points)."""
         return self.nll_bpd(apply_fn, x0, key, max_rows=max_rows, num_t=num_t)[0]

@@ -52,8 +52,8 @@ def bound_fn(setup, num_t: int = 0):
             fn = lambda x, t: apply(params, x, t, None, None if y is None else jnp.repeat(y, x.shape[0] // y.shape[0]))
             x = process.data_in(x_u8)
             if num_t:
-                return process.nll_bpd_estimate(fn, x, key, num_t, clip_denoised=clip, max_rows=chunk_rows)
-            return process.nll_bpd(fn, x, key, clip_denoised=clip, max_rows=chunk_rows)[0]
+                return process.nll_bpd_estimate(fn, x, key, num_t, pixels=clip, max_rows=chunk_rows)
+            return process.nll_bpd(fn, x, key, pixels=clip, max_rows=chunk_rows)[0]
 
         return jax.jit(batch_nll)
 
@@ -123,7 +123,7 @@ def strata_fn(setup, strata: int, per_stratum: int, decoder_draws: int):
             process = setup.process.bind(params)
             fn = lambda x, t: apply(params, x, t, None, None if y is None else jnp.repeat(y, x.shape[0] // y.shape[0]))
             return process.nll_bpd_strata(
-                fn, process.data_in(x_u8), t_key, key, *design, clip_denoised=clip, max_rows=chunk_rows
+                fn, process.data_in(x_u8), t_key, key, *design, pixels=clip, max_rows=chunk_rows
             )
 
         return jax.jit(batch_strata)

@@ -111,7 +111,7 @@ def _nll(apply_for, x0):
         k = xt.shape[0] // x0.shape[0]
         return apply_for(jnp.repeat(x0, k, axis=0))(xt, t)
 
-    nll, terms, prior = P.nll_bpd(apply, x0, jax.random.PRNGKey(6), clip_denoised=False, max_rows=64)
+    nll, terms, prior = P.nll_bpd(apply, x0, jax.random.PRNGKey(6), pixels=False, max_rows=64)
     np.testing.assert_allclose(np.asarray(nll), np.asarray(terms.sum(1) + prior), rtol=1e-6)
     assert terms.shape == (x0.shape[0], S.num_timesteps)
     return nll

@@ -281,7 +281,7 @@ def test_ode_likelihood_equals_the_gaussian_log_density():
     x = mu + s * jax.random.normal(jax.random.PRNGKey(0), (256, 2, 2, 1))
     exact = -stats.norm(mu, s).logpdf(np.asarray(x)).sum(axis=(1, 2, 3)) / (4 * LN2)
     net = gaussian_net(p, mu, s)
-    got = p.nll_bpd(net, x, jax.random.PRNGKey(1), clip_denoised=False, num_t=100)[0]
+    got = p.nll_bpd(net, x, jax.random.PRNGKey(1), pixels=False, num_t=100)[0]
     err = np.asarray(got) - exact
     assert abs(err.mean()) < 3 * err.std() / math.sqrt(len(err)) + 2e-3
     from diffusion import likelihood

@@ -110,7 +110,7 @@ def test_the_bound_is_the_mean_of_per_image_bounds_in_any_batching():
     apply = make_apply(setup.model)
     batches = [(0, images[:8], 8), (8, np.concatenate([images[8:], np.repeat(images[8:9], 4, axis=0)]), 4)]
     nll = jax.jit(
-        lambda x, k: setup.process.nll_bpd(lambda xt, t: apply(params, xt, t), to_float(x), k, clip_denoised=True)[0]
+        lambda x, k: setup.process.nll_bpd(lambda xt, t: apply(params, xt, t), to_float(x), k, pixels=True)[0]
     )
     direct = [np.asarray(nll(x, jax.random.fold_in(key, i)))[:n] for i, x, n in batches]
     np.testing.assert_allclose(per_image, np.concatenate(direct), rtol=1e-5)
