@@ -531,9 +531,11 @@ def main():
     wd = args.workdir or train(args, steps)
 
     base = load_config(args.config, [f"sampler.name={SCHEDULE}", *args.set])
+    from core.compilation_cache import configure_compilation_cache
     from training.platform import configure_cpu_devices
 
     configure_cpu_devices(base)
+    configure_compilation_cache(base)
     from evaluation.bound import test_data
     from training.setup import build
 
