@@ -508,21 +508,13 @@ def test_importance_weighted_loss_is_an_unbiased_estimate_of_the_uniform_loss(na
     assert abs(loss[t].mean() - loss.mean()) > 8 * se  # without the weights the same draws are far off
 
 
-def test_grad_variance_rms_is_the_variance_optimal_proposal():
-    """estimate=rms: v_b = (|g1|^2 + |g2|^2) / 2 and p(bin) proportional to n_b sqrt(E_b |g|^2), by hand on a
-    model whose per-example gradient is its timestep; with importance weights the weighted loss is unbiased."""
-    n = 10
-    c = config(
-        **{
-            "sampler.name": "grad_variance",
-            "sampler.grad_variance.num_bins": 5,
-            "sampler.grad_variance.decay": 0.5,
-            "sampler.grad_variance.update_every": 1,
-            "sampler.grad_variance.estimate": "rms",
-            "sampler.grad_variance.importance_weights": True,
-            "sampler.grad_variance.uniform_prob": 0.1,
-        }
-    )
+def grad_variance_on_timestep_gradients(n, **fields):
+    """grad_variance (5 bins, decay 0.5, an update every step, `fields`) on a DDPM chain of n steps and a "model"
+    whose per-example gradient is its timestep: (sampler, jitted update(state, key), x0)."""
+    overrides = {"sampler.name": "grad_variance", "sampler.grad_variance.num_bins": 5}
+    overrides.update({"sampler.grad_variance.decay": 0.5, "sampler.grad_variance.update_every": 1})
+    overrides.update({f"sampler.grad_variance.{k}": v for k, v in fields.items()})
+    c = config(**overrides)
     sampler = make_sampler(c.sampler, DDPM(make_schedule("cosine", n)), c.train.batch_size)
     objective = lambda p, x0, t, noise, key: (p["w"] * t.astype(jnp.float32),) * 2  # (objective, MSE)
     x0 = jnp.zeros((8, 2, 2, 1))
@@ -543,6 +535,16 @@ def test_grad_variance_rms_is_the_variance_optimal_proposal():
         )
         return sampler.update(state, ctx)[0]
 
+    return sampler, update, x0
+
+
+def test_grad_variance_rms_is_the_variance_optimal_proposal():
+    """estimate=rms: v_b = (|g1|^2 + |g2|^2) / 2 and p(bin) proportional to n_b sqrt(E_b |g|^2), by hand on a
+    model whose per-example gradient is its timestep; with importance weights the weighted loss is unbiased."""
+    n = 10
+    sampler, update, x0 = grad_variance_on_timestep_gradients(
+        n, estimate="rms", importance_weights=True, uniform_prob=0.1
+    )
     state = sampler.init(None, x0)
     lasts = []
     for i in range(30):
@@ -575,35 +577,7 @@ def test_grad_variance_rms_is_the_variance_optimal_proposal():
 
 def test_grad_variance_estimate_and_table():
     n = 10
-    c = config(
-        **{
-            "sampler.name": "grad_variance",
-            "sampler.grad_variance.num_bins": 5,
-            "sampler.grad_variance.decay": 0.5,
-            "sampler.grad_variance.update_every": 1,
-        }
-    )
-    sampler = make_sampler(c.sampler, DDPM(make_schedule("cosine", n)), c.train.batch_size)
-    # a "model" whose per-example gradient is its timestep: v_b = (t1 - t2)^2 / 2 with t1, t2 in a bin of 2 steps
-    objective = lambda p, x0, t, noise, key: (p["w"] * t.astype(jnp.float32),) * 2  # (objective, MSE)
-    x0 = jnp.zeros((8, 2, 2, 1))
-
-    @jax.jit
-    def update(state, key):
-        ctx = StepContext(
-            step=jnp.int32(0),
-            key=key,
-            x0=x0,
-            t=None,
-            aux={},
-            losses=None,
-            params_before={"w": jnp.float32(1.0)},
-            params_after=None,
-            rows_fn=None,
-            objective=objective,
-        )
-        return sampler.update(state, ctx)[0]
-
+    sampler, update, x0 = grad_variance_on_timestep_gradients(n)
     state = sampler.init(None, x0)
     np.testing.assert_allclose(np.asarray(sampler.probabilities(state)), 0.1)  # uniform before the first estimate
     lasts = []
