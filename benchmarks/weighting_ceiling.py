@@ -24,6 +24,8 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+from benchmarks.samplers import final_metrics  # noqa: E402
+
 BASE = "uniform"
 
 
@@ -35,13 +37,11 @@ def read(records):
         ev_dir = os.path.join(records, entry, "eval")
         if not m or not os.path.isdir(ev_dir):
             continue
-        last = sorted(f for f in os.listdir(ev_dir) if f.startswith("step_"))[-1]
-        with open(os.path.join(ev_dir, last)) as f:
-            ev = json.load(f)
+        final = final_metrics(os.path.join(records, entry))
         with open(os.path.join(records, entry, "run_config.json")) as f:
             cfg = json.load(f)
         arm = re.sub(r"__([a-z_0-9]+)-", r"/\1=", m.group(1))  # the run's name, as samplers.py's --runs wrote it
-        out.setdefault(arm, {})[int(m.group(2))] = (ev["nll_bpd"]["value"], ev["fid"].get("fid"), cfg)
+        out.setdefault(arm, {})[int(m.group(2))] = (final["final_bpd"], final["fid_final"], cfg)
     return out
 
 
