@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Which time sampler for a masked diffusion LM? (docs/method.md#time-samplers-on-the-masked-process) The text config
-# (configs/text.py: MD4's masked diffusion with the linear schedule, the 0.8M-parameter token transformer, the bundled
+# (configs/text.py: MD4's masked diffusion with the linear schedule, the 1.28M-parameter token transformer with RoPE, the bundled
 # King James Bible, 750 steps of 32 x 128 characters) with every time sampler that has a meaning on the masked
 # process, each paired with uniform t on the same seeds: antithetic (MD4's default), Hong et al.'s bell over the
 # masking rate (samplers/bell.py, Beta(3, 3): weight 1, and with importance weights and a 0.1 uniform floor), the
@@ -24,8 +24,8 @@ cd "$(dirname "$0")/.."
 out=${1:-workdirs}
 arms=uniform,antithetic,bell,bell/importance_weights=True/uniform_mix=0.1,logitnormal,adaptive_noise
 arms+=,loss_second_moment,adaptive,adaptive/importance_weights=True
-# the final evaluation: 256 test sequences (of 1,934) and 8 text samples; 32 stratified times (likelihood_steps
-# defines a run: set before training)
+# the final evaluation: 256 test sequences (of 1,934) and 8 text samples; 32 stratified times (configs/text.py's
+# default, written here too: likelihood_steps defines a run, set before training)
 evaluation=(--set eval.nll_images=256 --set eval.num_samples=8)
 python benchmarks/samplers.py --config=configs/text.py --every=250 --out="$out/bench_text58" \
   --records=benchmarks/records/text58 "${evaluation[@]}" --set diffusion.likelihood_steps=32 \

@@ -94,9 +94,29 @@ class PatchEmbed(nn.Module):
         return h.reshape(B, gh * gw, D)
 
 
+def rope_tables(length: int, head_dim: int, theta: float = 10000.0):
+    """Rotary position embedding's (cos, sin) tables [length, head_dim / 2] (Su et al. 2021, RoFormer), as MD4's
+    `precompute_freqs_cis` (google-deepmind/md4 md4/networks/transformer.py): frequency theta^(-2i / head_dim) for
+    the pair i, angle position * frequency."""
+    freqs = 1.0 / theta ** (np.arange(0, head_dim, 2)[: head_dim // 2] / head_dim)
+    angles = np.outer(np.arange(length), freqs)
+    return jnp.asarray(np.cos(angles), jnp.float32), jnp.asarray(np.sin(angles), jnp.float32)
+
+
+def apply_rope(x, cos, sin):
+    """x [B, L, heads, head_dim] with each pair of adjacent features (2i, 2i + 1) rotated by position l's angle i
+    (MD4's `apply_rotary_emb`: the pairs are adjacent, not the two halves); cos, sin [L, head_dim / 2]."""
+    pairs = x.reshape(x.shape[:-1] + (-1, 2)).astype(jnp.float32)
+    re, im = pairs[..., 0], pairs[..., 1]
+    c, s = cos[None, :, None], sin[None, :, None]
+    out = jnp.stack([re * c - im * s, re * s + im * c], axis=-1)
+    return out.reshape(x.shape).astype(x.dtype)
+
+
 class Attention(nn.Module):
     """Multi-head self-attention (timm's / U-ViT's): one qkv linear laid out as (3, heads, head_dim), scale
-    head_dim^-1/2, logits and softmax in float32, an output projection."""
+    head_dim^-1/2, logits and softmax in float32, an output projection. With rope=(cos, sin) (rope_tables) the
+    queries and keys are rotated by their positions first (the token transformer's relative positions)."""
 
     num_heads: int
     qkv_bias: bool
@@ -105,11 +125,13 @@ class Attention(nn.Module):
     causal: bool = False  # token i attends to tokens 0..i only (the autoregressive baseline of models/tokens.py)
 
     @nn.compact
-    def __call__(self, x):
+    def __call__(self, x, rope=None):
         B, L, D = x.shape
         h = self.num_heads
         qkv = nn.Dense(3 * D, use_bias=self.qkv_bias, kernel_init=self.kernel_init, dtype=self.dtype, name="qkv")(x)
         q, k, v = (qkv.reshape(B, L, 3, h, D // h)[:, :, i] for i in range(3))
+        if rope is not None:
+            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
         # logits and softmax in float32 whatever the compute dtype (as models.unet.AttnBlock)
         logits = jnp.einsum("bqhd,bkhd->bhqk", q, k, preferred_element_type=jnp.float32) * (D // h) ** -0.5
         if self.causal:
@@ -197,12 +219,12 @@ class DiTBlock(nn.Module):
     causal: bool = False
 
     @nn.compact
-    def __call__(self, x, c):
+    def __call__(self, x, c, rope=None):
         D = x.shape[-1]
         mod = nn.Dense(6 * D, kernel_init=zeros, dtype=self.dtype, name="adaLN_modulation")(nn.silu(c))
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = jnp.split(mod, 6, axis=-1)
         h = Attention(self.num_heads, qkv_bias=True, dtype=self.dtype, causal=self.causal, name="attn")(
-            modulate(_norm(self.dtype)(x), shift_msa, scale_msa)
+            modulate(_norm(self.dtype)(x), shift_msa, scale_msa), rope
         )
         x = x + gate_msa[:, None] * h
         h = Mlp(int(D * self.mlp_ratio), approximate_gelu=True, dtype=self.dtype, name="mlp")(
