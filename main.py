@@ -50,6 +50,7 @@ def main(argv):
     from config.overrides import apply_switches
     from config.validate import ConfigError, check_fields, check_values
     from core.compilation_cache import configure_compilation_cache
+    from core.host_malloc import configure_host_malloc
     from data.latents import planned_latents
     from training.platform import configure_cpu_devices
 
@@ -69,6 +70,7 @@ def main(argv):
         return 0
     configure_cpu_devices(FLAGS.config)  # before JAX starts its backends
     configure_compilation_cache(FLAGS.config)
+    configure_host_malloc(FLAGS.config)
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     if FLAGS.distributed:
         import jax

@@ -152,10 +152,12 @@ def main():
         sys.exit("error: --runs has adaptive: give --policy_workdir, a learned-sampler run with checkpoints at --steps")
     base = load_config(args.config, args.set)
     from core.compilation_cache import configure_compilation_cache
+    from core.host_malloc import configure_host_malloc
     from training.platform import configure_cpu_devices
 
     configure_cpu_devices(base)
     configure_compilation_cache(base)
+    configure_host_malloc(base)
     import jax
 
     from data import load_split

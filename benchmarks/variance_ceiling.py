@@ -532,10 +532,12 @@ def main():
 
     base = load_config(args.config, [f"sampler.name={SCHEDULE}", *args.set])
     from core.compilation_cache import configure_compilation_cache
+    from core.host_malloc import configure_host_malloc
     from training.platform import configure_cpu_devices
 
     configure_cpu_devices(base)
     configure_compilation_cache(base)
+    configure_host_malloc(base)
     from evaluation.bound import test_data
     from training.setup import build
 

@@ -74,6 +74,9 @@ class Field:
     note: str = ""  # appended to the allowed range in errors, e.g. "(paper: 5)"
     # earlier names of this field, still accepted in configs, overrides and command lines (with a note)
     aliases: tuple = ()
+    # the value a workdir written before this field existed ran with, where that is not the default (a run-defining
+    # field whose default is new behaviour: training/checkpoint.py check_run_identity); None: the default
+    absent: Any = None
 
     def options(self) -> tuple:
         return tuple(self.choices() if callable(self.choices) else self.choices)
@@ -168,8 +171,10 @@ def Bool(default, *, mutable=False) -> Field:
     return Field("bool", default, mutable=mutable)
 
 
-def Choice(default, choices, *, mutable=False) -> Field:
-    return Field("choice", default, choices=choices if callable(choices) else tuple(choices), mutable=mutable)
+def Choice(default, choices, *, mutable=False, absent=None) -> Field:
+    return Field(
+        "choice", default, choices=choices if callable(choices) else tuple(choices), mutable=mutable, absent=absent
+    )
 
 
 def Ints(default, lo: Bound = 1, *, allow_empty=False, mutable=False) -> Field:

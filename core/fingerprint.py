@@ -14,6 +14,8 @@ import subprocess
 
 import numpy as np
 
+from core import host_malloc
+
 UNKNOWN = "unknown"
 DIGITS = 16  # hex digits kept: 64 bits, no collision among the records of a project
 ROWS_PER_UPDATE = 4096  # rows of a large (memory-mapped) array hashed at a time: the hash is the same, memory small
@@ -88,4 +90,5 @@ def environment(root: str) -> dict:
         processor=processor(),
         platform=f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
         xla_flags=os.environ.get("XLA_FLAGS", ""),
+        malloc=host_malloc.current(),  # its time, not its numbers, depends on it (core/host_malloc.py)
     )

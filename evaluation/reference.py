@@ -71,8 +71,10 @@ def main(argv):
 
     c = FLAGS.config
     from core.compilation_cache import configure_compilation_cache
+    from core.host_malloc import configure_host_malloc
 
     configure_compilation_cache(c)
+    configure_host_malloc(c)
     if not c.eval.fid.inception_weights or not os.path.isfile(c.eval.fid.inception_weights):
         print(
             f"error: config.eval.fid.inception_weights={c.eval.fid.inception_weights!r}: no such file (pytorch-fid's "

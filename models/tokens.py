@@ -95,7 +95,7 @@ class Tokens:
         mlp_ratio=Num(4.0, 0.0, lo_open=True),
         time_cond=Choice("adaln", TIME_CONDS),
         causal=Bool(False),  # the autoregressive baseline (config.diffusion.name="autoregressive")
-        positions=Choice("rope", POSITIONS),
+        positions=Choice("rope", POSITIONS, absent="learned"),  # text workdirs of before 2026-12-07: learned
         max_len=Int(1024, 1),  # positions='learned': rows of the position embedding, the longest sequence
     )
 

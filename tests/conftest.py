@@ -34,6 +34,11 @@ sys.path.insert(0, ROOT)
 
 import pytest  # noqa: E402
 
+from core.host_malloc import keep_freed_memory  # noqa: E402
+
+# the entry points' default (config.host_malloc="reuse"): XLA's freed CPU buffers reused, not mapped afresh
+keep_freed_memory()
+
 # The default config with a tiny UNet and sampler and a short run: shared by every test (and by main.py runs in
 # subprocesses, as flags) so that they compile the same programs, which the compilation cache then serves.
 TINY = {

@@ -132,6 +132,23 @@ def test_causal_transformer_sees_only_earlier_tokens():
     assert not np.allclose(a[0, 11:], b[0, 11:])
 
 
+def test_a_text_workdir_from_before_rope_resumes_only_as_it_ran(tmp_path):
+    """A text workdir written before model.positions existed ran with learned positions (the field's `absent`):
+    today's default (rope) is refused with the field and both values, --config.model.positions=learned resumes."""
+    import json
+
+    from training.checkpoint import WorkdirMismatch, check_run_identity
+
+    check_run_identity(text_config(**{"model.positions": "learned"}), str(tmp_path))
+    path = tmp_path / "run_config.json"
+    old = json.loads(path.read_text())
+    assert old["model"].pop("positions") == "learned"
+    path.write_text(json.dumps(old))  # as that version wrote it
+    with pytest.raises(WorkdirMismatch, match=r"model.positions: 'learned' -> 'rope'"):
+        check_run_identity(text_config(), str(tmp_path))
+    check_run_identity(text_config(**{"model.positions": "learned"}), str(tmp_path))  # no error
+
+
 def test_rope_rotates_each_adjacent_pair_by_its_position():
     """head_dim 4, theta 10000: the pairs' frequencies are 1 and 10000^(-1/2) = 0.01, so at position l the pair
     (1, 0) becomes (cos l, sin l) and the pair (0, 1) becomes (-sin 0.01 l, cos 0.01 l)."""

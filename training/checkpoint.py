@@ -6,8 +6,9 @@ A later run in the same workdir may change anything else (steps, learning rate, 
 differs in a defining field stops with the differences, the part the user switched first, instead of restoring
 checkpoints it cannot use.
 A field added to the project after a workdir was written is absent from its run_config.json and taken to have had
-its default. A workdir that holds checkpoints but no run_config.json is refused: the config that wrote them is
-unknown, and re-creating the file from today's config would vouch for it.
+its default, or the value the field names as `absent` where the default is new behaviour (model.positions: the
+token transformer's learned positions before RoPE). A workdir that holds checkpoints but no run_config.json is
+refused: the config that wrote them is unknown, and re-creating the file from today's config would vouch for it.
 
 Faults lose nothing that was written: a checkpoint whose files cannot be read (truncated, missing, invalid: what a
 write cut off by a full disk or a copy that stopped leaves) is named in one line with the reason, moved to
@@ -67,10 +68,11 @@ def check_run_identity(config, workdir: str):
     if path.exists():
         old = flatten(json.loads(path.read_text()))
         new = flatten(json.loads(json.dumps(ident)))
-        defaults = {k: _plain(f.default) for k, f in schema.active_fields(config).items()}
-        for k in set(new) - set(old):  # fields newer than the workdir: it was written with their defaults
-            if new[k] == defaults.get(k, "<no default>"):
-                old[k] = new[k]
+        fields = schema.active_fields(config)
+        before = {k: _plain(f.default if f.absent is None else f.absent) for k, f in fields.items()}
+        for k in set(new) - set(old):  # fields newer than the workdir: it ran with their default (or `absent`)
+            if k in before:
+                old[k] = before[k]
         diff = sorted(k for k in set(old) | set(new) if old.get(k, "<absent>") != new.get(k, "<absent>"))
         if diff:
             raise WorkdirMismatch(
