@@ -521,3 +521,22 @@ def test_what_a_record_was_measured_with_is_read_from_its_files(tmp_path):
     assert measured_with(str(tmp_path), ev)["data"] is None
     old = dict(fid=dict(fid=1.0, protocol=dict(features="digits classifier"), test_split=dict(fid=0.31973)))
     assert measured_with(str(tmp_path / "none"), old) == dict(data=None, features=None, probe=0.31973)
+
+
+def test_the_recommended_likelihood_config_is_the_arm_its_table_measured(tmp_path):
+    """configs/digits_likelihood.py cites benchmarks/records/ddpm56c's adaptive_noise+likelihood arm: with that
+    record's seed, every field that defines a run equals the record's (check_run_identity raises on any other)."""
+    import shutil
+
+    from configs.digits_likelihood import get_config
+    from training.checkpoint import WorkdirMismatch, check_run_identity
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    record = os.path.join(root, "benchmarks", "records", "ddpm56c", "adaptive_noise+likelihood_seed20")
+    shutil.copy(os.path.join(record, "run_config.json"), tmp_path / "run_config.json")
+    c = get_config()
+    c.seed = 20
+    check_run_identity(c, str(tmp_path))  # no error
+    c.weighting.name = "none"
+    with pytest.raises(WorkdirMismatch, match="weighting"):
+        check_run_identity(c, str(tmp_path))
