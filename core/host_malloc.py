@@ -16,6 +16,12 @@ glibc's defaults. Measured (docs/benchmarks/compile.md#host-memory-glibcs-malloc
 `benchmarks/host_malloc.py`): the same numbers in 12% (DDPM) to 40% (the text evaluation) less time, peak memory
 from 11% less to 18% more. Nothing changes where libc is not glibc (macOS, musl) or where the environment sets
 glibc's own tunables (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_ARENA_MAX: the user's choice wins).
+
+glibc fixes its arena limit once, when a second thread first allocates; M_ARENA_MAX set after that is ignored. In a
+process whose other threads started first (a Jupyter or Colab kernel: its heartbeat, IOPub and control threads)
+XLA's threads still get arenas of their own, and the text config's train step ran 1.5x as slow in a kernel as in a
+plain process (`benchmarks/kernel_malloc.py`). keep_freed_memory counts the arenas (malloc_info(3)) and says so;
+only the environment, set before the process starts, helps there (ADVICE).
 """
 
 import ctypes
@@ -28,6 +34,10 @@ ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
 CHOICES = ("reuse", "glibc")
 
 _state = {"set": ""}
+ADVICE = (
+    "start the process (jupyter) with MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=1073741824 "
+    "MALLOC_TRIM_THRESHOLD_=1073741824 for main.py's speed (docs/config.md#host-memory)"
+)
 
 
 def _glibc():
@@ -41,6 +51,23 @@ def _glibc():
     return libc
 
 
+def arenas(libc) -> int:
+    """How many malloc arenas the process has (the heaps malloc_info(3) lists); 0 where it cannot tell."""
+    try:
+        libc.open_memstream.restype = ctypes.c_void_p
+        buf, size = ctypes.c_void_p(), ctypes.c_size_t()
+        stream = ctypes.c_void_p(libc.open_memstream(ctypes.byref(buf), ctypes.byref(size)))
+        if not stream.value:
+            return 0
+        libc.malloc_info(0, stream)
+        libc.fclose(stream)
+        xml = ctypes.string_at(buf.value, size.value)
+        libc.free(buf)
+    except (AttributeError, OSError):
+        return 0
+    return xml.count(b"<heap nr=")
+
+
 def keep_freed_memory(threshold: int = THRESHOLD) -> str:
     """Raise glibc's mmap and trim thresholds to `threshold` bytes and keep one arena (module docstring). Returns
     what now holds, in words: the settings made (or already made by this process), the environment's, or why
@@ -49,14 +76,21 @@ def keep_freed_memory(threshold: int = THRESHOLD) -> str:
     if named:
         return f"glibc's malloc as the environment sets it ({', '.join(named)})"
     if _state["set"]:
-        return _state["set"]
+        return _state["set"] + (f"; {ADVICE}" if "arenas already" in _state["set"] else "")
     libc = _glibc()
     if libc is None:
         return "the C library's own malloc (not glibc)"
+    before = arenas(libc)  # more than one: the arena limit is fixed already, M_ARENA_MAX below is ignored
     settings = ((M_MMAP_THRESHOLD, threshold), (M_TRIM_THRESHOLD, threshold), (M_ARENA_MAX, 1))
     accepted = [libc.mallopt(option, value) for option, value in settings]  # every one tried
     if not all(accepted):
         return "glibc's malloc, partly its defaults (mallopt refused a setting)"
+    if before > 1:
+        _state["set"] = (
+            f"glibc malloc: mmap and trim thresholds {threshold >> 20} MiB, but {before} arenas already (threads "
+            "started before this call fixed glibc's arena limit: XLA's threads map their large buffers afresh)"
+        )
+        return f"{_state['set']}; {ADVICE}"
     _state["set"] = f"glibc malloc: mmap and trim thresholds {threshold >> 20} MiB, one arena"
     return _state["set"]
 
