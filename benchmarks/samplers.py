@@ -99,6 +99,12 @@ run uses the learned sampler, policy.png. Columns:
 Verdicts, one sentence per run under the table, per metric: "RUN is lower/higher than uniform (95% interval excludes
 0)", or "not separated: the table could have detected |d| >= MDD".
 
+A process on tokens (the masked diffusion LM, configs/text.py) has no FID: its table drops the FID and KID columns,
+gives in its own unit (bits per token) each final estimate's standard error over test sequences (the runs of a seed
+share the sequences, times and masks), and lists the first text samples of each run's final evaluation (their file
+is part of the record). --beside=OUT reads another benchmark's finished runs under the table, each paired with
+uniform on the seeds both have (the autoregressive baseline of the same size beside the masked LM's samplers).
+
 Does the policy move? (every run of the learned sampler, `adaptive` with any settings): from each seed's
 metrics.jsonl, sampler/policy_density (the policy's mean probability per bin of normalised t, density_bins bins, as
 of its last update, every update_every steps) gives the mean u of the mean density and its total variation distance
@@ -243,6 +249,7 @@ RECORD_FILES = (  # the eval JSON last: a record copied only in part is not fini
     "metrics.jsonl",
     "bench_seconds.json",
     "fingerprints.json",
+    "eval/samples_*.txt",  # a process on tokens: the final evaluation's text samples (a few kB)
     "eval/step_*.json",
 )
 
@@ -621,12 +628,13 @@ def fingerprint_note(results) -> list:
     them, the runs that predate fingerprints, and every pair left out (or kept with --allow_mixed) and why."""
     ds = [d for ds in results.values() for d in ds]
     lines = ["", "Measured with (content hashes, core/fingerprint.py):"]
-    for what, label in (("data", "data"), ("features", "FID feature network")):
+    has_fid = any(d.get("fid_final") is not None for d in ds)
+    for what, label in (("data", "data"), ("features", "FID feature network"))[: 2 if has_fid else 1]:
         seen = sorted({d.get("fp", {}).get(what) for d in ds} - {None})
         missing = sum(1 for d in ds if not d.get("fp", {}).get(what))
         text = "; ".join(seen) if seen else "none"
         if missing:
-            text += f"; {missing} of {len(ds)} runs predate fingerprints (not fingerprinted)"
+            text += f"; {missing} of {len(ds)} runs with no hash in their record (not fingerprinted)"
         lines.append(f"- {label}: {text}.")
     probes = sorted({round(p, 5) for d in ds if (p := d.get("fp", {}).get("probe")) is not None})
     if probes:
@@ -783,12 +791,13 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
         head = f" | steps to {BASE}'s final {name} ({fid_target:.3f}) | train wall-clock"
         lines[-2] = lines[-2].replace(" | train wall-clock", head)
         lines[-1] += "---|"
+    rows = []
     for name, _, _ in runs:
         ds = results[name]
         reached, wall = steps_to(ds, target)
         if fid_key:
             wall += f" | {steps_to(ds, fid_target, 'fid')[0]}"
-        lines.append(
+        rows.append(
             f"| {name} | {ms([d['final_bpd'] for d in ds], '{:.3f}')} | "
             f"{ms([d['fid_final'] for d in ds], '{:.3f}')} | {ms([d['kid_final'] for d in ds], '{:.4f}')} | "
             f"{reached} | {wall} | {ms([d['total_s'] for d in ds], '{:.0f}')} | "
@@ -796,8 +805,12 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
             + " | ".join("-" if name == BASE else paired(differences(results, name, k), dec) for k, _, dec in METRICS)
             + f" | {'-' if name == BASE else seeds_cell(differences(results, name, 'final_bpd'), detect)} |"
         )
-    lines += ["", f"Verdicts (paired differences d = run - {BASE}; 95% intervals; MDD as above):", ""]
     metrics = [m for m in METRICS if any(d[m[0]] is not None for ds in results.values() for d in ds)]  # text: no FID
+    if len(metrics) == 1:  # no run has an FID (text): its four columns go
+        lines[-2:] = [without_columns(line, (2, 3, 9, 10)) for line in lines[-2:]]
+        rows = [without_columns(row, (2, 3, 9, 10)) for row in rows]
+    lines += rows
+    lines += ["", f"Verdicts (paired differences d = run - {BASE}; 95% intervals; MDD as above):", ""]
     for name, _, _ in runs:
         if name != BASE:
             lines.append(
@@ -823,6 +836,9 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
         f"{scored}Curves: periodic evaluation ({curves}) every {every} steps.",
     ]
     lines += fingerprint_note(results)
+    note = sequence_note(results)
+    if note:
+        lines += ["", note]
     note = estimate_note(results)
     if note:
         lines += ["", note]
@@ -830,6 +846,68 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
     if note:
         lines += ["", note]
     return in_unit("\n".join(lines), bound_unit(ev))
+
+
+def without_columns(row: str, drop) -> str:
+    """A markdown table row without the cells at the indices in `drop` (0: the first cell)."""
+    cells = row.strip().strip("|").split("|")
+    return "|" + "|".join(c for i, c in enumerate(cells) if i not in drop) + "|"
+
+
+def sequence_note(results):
+    """The line under the table for a process on tokens, whose final value is an estimate over test sequences and
+    times (drivers/evaluate.py): its largest and mean standard error, and that the arms of a seed share sequences,
+    times and masks (the evaluation's key is the seed's). None for other processes."""
+    bounds = [d["eval"]["nll_bpd"] for ds in results.values() for d in ds]
+    if "units" not in bounds[0]["protocol"] or any(b.get("stderr") is None for b in bounds):
+        return None
+    se = np.array([b["stderr"] for b in bounds])
+    return (
+        f"Each final value is estimated from {bounds[0]['protocol']['images']} test sequences; its standard error "
+        f"(over sequences) at most {se.max():.4f} bits/dim, mean {se.mean():.4f}. The runs of one seed are scored on "
+        "the same sequences, times and masks (the evaluation's key is the seed's), so the paired differences "
+        "carry less of that noise than the standard errors suggest."
+    )
+
+
+def beside_section(results, outs):
+    """--beside OUT (repeatable): every finished run of another benchmark read beside this table (the masked LM's
+    autoregressive baseline): its final value, mean ± sd over its seeds, with its protocol, and its paired
+    difference from this table's BASE on the seeds both have, measured alike (unlike)."""
+    lines = []
+    base = {d["seed"]: d for d in results[BASE]}
+    for out in outs:
+        for name, by_seed in sorted(finished_runs(out).items()):
+            got = {seed: final_metrics(wd) for seed, wd in sorted(by_seed.items())}
+            vals = [g["final_bpd"] for g in got.values()]
+            shared = [s for s in got if s in base and not unlike(got[s], base[s], "final_bpd")]
+            pairs = np.array([got[s]["final_bpd"] - base[s]["final_bpd"] for s in shared])
+            proto = next(iter(got.values()))["protocol"]
+            lines.append(
+                f"- {name} in {os.path.basename(os.path.normpath(out))} (seeds {', '.join(map(str, got))}): "
+                f"{ms(vals, '{:.3f}')} bits/dim ({proto}); d = it - {BASE}: {paired(pairs)} over "
+                f"{len(pairs)} shared seed(s)."
+            )
+    return ["", "Beside the table (--beside):", ""] + lines if lines else []
+
+
+def samples_section(results, runs, out, per_run=2):
+    """A process on tokens: the first `per_run` text samples of each run's final evaluation, on the first seed of
+    the table (its eval JSON's samples file, kept in the records). [] when the runs have no text samples."""
+    lines = []
+    for name, _, _ in runs:
+        d = results[name][0]
+        rel = d["eval"].get("samples", {}).get("path", "")
+        path = os.path.join(workdir_of(out, name, d["seed"]), rel)
+        if not rel.endswith(".txt") or not os.path.exists(path):
+            continue
+        with open(path) as f:
+            text = f.read().splitlines()[:per_run]
+        lines += [f"- {name}:"] + [f"  `{t}`" for t in text]
+    if not lines:
+        return []
+    seed = results[runs[0][0]][0]["seed"]
+    return ["", f"Text samples of the final evaluation (seed {seed}, the first {per_run} of each run):", ""] + lines
 
 
 def compute_note(results):
@@ -939,6 +1017,7 @@ def final_metrics(wd):
         kid_final=fid.get("kid"),
         fp=measured_with(wd, ev),
         unit=bound_unit(ev),
+        protocol=ev["nll_bpd"].get("protocol", {}).get("bound", ""),
     )
 
 
@@ -1124,12 +1203,13 @@ def plot(results, runs, path):
     from matplotlib.figure import Figure
 
     some = results[BASE][0]
-    fig = Figure(figsize=(11, 4))
-    axes = fig.subplots(1, 2)
+    panels = ("bpd", "fid") if some["fid"] is not None else ("bpd",)  # text: no FID
+    fig = Figure(figsize=(5.5 * len(panels), 4))
+    axes = np.atleast_1d(fig.subplots(1, len(panels)))
     for name, _, _ in runs:
         ds = results[name]
         steps = ds[0]["steps"]
-        for ax, k in zip(axes, ("bpd", "fid")):
+        for ax, k in zip(axes, panels):
             if ds[0][k] is None:
                 continue
             v = np.array([d[k] for d in ds])
@@ -1137,7 +1217,8 @@ def plot(results, runs, path):
             if len(ds) > 1:
                 ax.fill_between(steps, v.min(0), v.max(0), color=line.get_color(), alpha=0.2)
     axes[0].set_ylabel(f"{some['bpd_key']} ({bound_unit(some['eval'])})")
-    axes[1].set_ylabel(some["fid_key"] or "FID")
+    if len(axes) > 1:
+        axes[1].set_ylabel(some["fid_key"] or "FID")
     for ax in axes:
         ax.set_xlabel("training step")
         ax.legend()
@@ -1204,6 +1285,14 @@ def main():
         help="JAX's persistent compilation cache for every run (default OUT/jax_cache; off: none)",
     )
     ap.add_argument(
+        "--beside",
+        action="append",
+        default=[],
+        metavar="OUT",
+        help="another benchmark's OUT whose finished runs are read beside the table, each paired with --baseline on "
+        "shared seeds (repeatable), e.g. the masked LM's autoregressive baseline",
+    )
+    ap.add_argument(
         "--set",
         action="append",
         default=[],
@@ -1231,6 +1320,9 @@ def main():
     run_all(args.out, runs, seeds, args)
     results = {name: [dict(load(workdir_of(args.out, name, seed)), seed=seed) for seed in seeds] for name, _, _ in runs}
     md = table(results, runs, seeds, args.config, args.detect)
+    unit = bound_unit(results[BASE][0]["eval"])
+    extra = beside_section(results, args.beside) + samples_section(results, runs, args.out)
+    md += in_unit("\n".join([""] + extra), unit) if extra else ""
     written = [f"{args.out}/samplers.md", f"{args.out}/samplers.png"]
     tracks = {
         name: [policy_track(workdir_of(args.out, name, seed)) for seed in seeds]
@@ -1249,7 +1341,6 @@ def main():
             for name in tracks
             if name != BASE
         }
-        unit = bound_unit(results[BASE][0]["eval"])
         md += "\n\n" + in_unit(policy_section(tracks, os.path.join(args.out, "policy.png"), gains), unit)
         written.append(f"{args.out}/policy.png")
     with open(os.path.join(args.out, "samplers.md"), "w") as f:

@@ -32,3 +32,7 @@ python benchmarks/samplers.py --config=configs/text.py --every=250 --out="$out/b
   --seeds=0,1,2 --runs=$arms
 python benchmarks/samplers.py --config=configs/text.py:ar --every=250 --out="$out/bench_text58_ar" \
   --records=benchmarks/records/text58_ar "${evaluation[@]}" --seeds=0,1,2 --runs=uniform
+# the pilot's table again (every run done: nothing trains), with the AR baseline's line under it
+python benchmarks/samplers.py --config=configs/text.py --every=250 --out="$out/bench_text58" \
+  --records=benchmarks/records/text58 "${evaluation[@]}" --set diffusion.likelihood_steps=32 \
+  --seeds=0,1,2 --runs=$arms --beside="$out/bench_text58_ar"

@@ -32,6 +32,7 @@ import unicodedata
 import numpy as np
 
 from config.fields import FieldError, Int, Num, Path
+from core import fingerprint
 from data.base import DATASETS, DatasetNotFound
 
 ALPHABET = "abcdefghijklmnopqrstuvwxyz "  # token i is ALPHABET[i]
@@ -74,6 +75,10 @@ class TokenSource:
 
     def get(self, indices):
         return self.windows[np.asarray(indices)]
+
+    def fingerprint(self) -> str:
+        """The content hash of the windows a run reads (core/fingerprint.py): the corpus, its split and seq_len."""
+        return fingerprint.of_arrays(self.windows)
 
 
 def kjv_file() -> str:

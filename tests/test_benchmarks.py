@@ -499,7 +499,7 @@ def test_records_without_fingerprints_pair_unless_their_test_split_fids_tell_two
     assert samplers.unlike(a, new, "fid_final") is not None and samplers.unlike(a, new, "final_bpd") is None
     assert samplers.unlike(dict(final_bpd=1.0), dict(final_bpd=2.0), "final_bpd") is None  # hand-made results
     note = samplers.fingerprint_note({"uniform": [a], "adaptive": [new]})
-    assert "- data: d1; 1 of 2 runs predate fingerprints (not fingerprinted)." in note
+    assert "- data: d1; 1 of 2 runs with no hash in their record (not fingerprinted)." in note
 
 
 def test_what_a_record_was_measured_with_is_read_from_its_files(tmp_path):
@@ -540,3 +540,64 @@ def test_the_recommended_likelihood_config_is_the_arm_its_table_measured(tmp_pat
     c.weighting.name = "none"
     with pytest.raises(WorkdirMismatch, match="weighting"):
         check_run_identity(c, str(tmp_path))
+
+
+def test_a_text_table_drops_fid_shows_its_standard_errors_the_ar_line_beside_and_samples(tmp_path, monkeypatch):
+    """A table of a process on tokens (no FID): the FID and KID columns go, the line under it gives the final
+    estimates' standard errors, --beside pairs another benchmark's runs (the AR baseline) with uniform seed by seed
+    (hand-computed differences, a seed measured on other data left out), and each run's first text samples follow;
+    the samples file is part of a run's record."""
+    import json
+
+    import benchmarks.samplers as sp
+
+    monkeypatch.setattr(sp, "BASE", "uniform")
+    proto = dict(units="bits per token", images=256, bound="masked diffusion NELBO")
+
+    def run(out, name, seed, value, stderr, data="t1", samples=("abc de", "fg hij", "klm")):
+        wd = out / f"{name}_seed{seed}"
+        os.makedirs(wd / "eval")
+        rows = [{"step": s, "periodic/bpd_T8": value + 1.0 / s, "train_seconds": s / 10.0} for s in (250, 500)]
+        (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        (wd / "bench_seconds.json").write_text(json.dumps({"train": 60.0, "eval": 10.0}))
+        (wd / "fingerprints.json").write_text(json.dumps(dict(data=dict(train=data, test="t2"))))
+        (wd / "eval" / "samples_0000500.txt").write_text("".join(f"{s}\n" for s in samples))
+        ev = dict(
+            nll_bpd=dict(value=value, stderr=stderr, protocol=proto), samples=dict(path="eval/samples_0000500.txt")
+        )
+        (wd / "eval" / "step_0000500.json").write_text(json.dumps(ev))
+        return str(wd)
+
+    out, ar = tmp_path / "text", tmp_path / "text_ar"
+    values = {"uniform": (2.75, 2.70), "antithetic": (2.70, 2.68)}
+    for name, vs in values.items():
+        for seed, v in enumerate(vs):
+            run(out, name, seed, v, 0.013 if name == "uniform" else 0.011, samples=(f"{name} one", f"{name} two", "x"))
+    run(ar, "uniform", 0, 2.60, 0.0)
+    run(ar, "uniform", 1, 2.50, 0.0, data="other")  # another corpus: not paired
+    run(ar, "uniform", 2, 2.55, 0.0)  # a seed the table lacks
+    runs = sp.parse_runs("uniform,antithetic")
+    results = {n: [dict(sp.load(sp.workdir_of(str(out), n, s)), seed=s) for s in (0, 1)] for n, _, _ in runs}
+    md = sp.table(results, runs, [0, 1], "configs/text.py")
+    header = next(line for line in md.splitlines() if line.startswith("| run"))
+    assert "FID" not in header and "KID" not in header and header.count("|") == 9, header
+    row = next(line for line in md.splitlines() if line.startswith("| antithetic"))
+    assert row.count("|") == 9 and "-0.035 [" in row, row  # (-0.05 - 0.02) / 2
+    assert "standard error (over sequences) at most 0.0130 bits per token, mean 0.0120" in md
+    beside = sp.beside_section(results, [str(ar)])
+    assert beside[1] == "Beside the table (--beside):"
+    assert "uniform in text_ar (seeds 0, 1, 2): 2.550 ± 0.050 bits/dim (masked diffusion NELBO)" in beside[3]
+    assert beside[3].endswith("d = it - uniform: -0.150 over 1 shared seed(s).")  # 2.60 - 2.75; seed 1 left out
+    assert sp.samples_section(results, runs, str(out)) == [
+        "",
+        "Text samples of the final evaluation (seed 0, the first 2 of each run):",
+        "",
+        "- uniform:",
+        "  `uniform one`",
+        "  `uniform two`",
+        "- antithetic:",
+        "  `antithetic one`",
+        "  `antithetic two`",
+    ]
+    kept = sp.keep_record(sp.workdir_of(str(out), "uniform", 0), str(tmp_path / "records"))
+    assert os.path.exists(os.path.join(kept, "eval", "samples_0000500.txt"))

@@ -77,6 +77,21 @@ def test_tiny_corpus_windows():
     assert DATASETS["tiny_text"].example_shape(c.data) == (16,)
 
 
+def test_a_text_runs_records_hash_the_windows_it_read():
+    """A text split's fingerprint (fingerprints.json's data) is the content hash of its windows: the same for the
+    same corpus, another for another window length or split; never 'unknown' (issue 59: every record says what data
+    it read)."""
+    from core import fingerprint
+    from data.base import data_fingerprints
+
+    c = text_config()
+    train = load_split(c.data, "train")
+    assert train.fingerprint() == fingerprint.of_arrays(train.get(np.arange(len(train))))
+    got = data_fingerprints(c.data)
+    assert got == data_fingerprints(text_config().data) and got["train"] != got["test"]
+    assert data_fingerprints(text_config(**{"data.seq_len": 8}).data)["train"] != got["train"]
+
+
 def test_text_files_split_by_document_and_bad_input_in_one_line(tmp_path):
     c = text_config()
     from config.schema import switch_part
