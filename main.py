@@ -49,10 +49,8 @@ def main(argv):
 
     from config.overrides import apply_switches
     from config.validate import ConfigError, check_fields, check_values
-    from core.compilation_cache import configure_compilation_cache
-    from core.host_malloc import configure_host_malloc
     from data.latents import planned_latents
-    from training.platform import configure_cpu_devices
+    from training.platform import prepare_host
 
     try:  # names, types and ranges first: a bad value must not be used to set up the devices
         apply_switches(FLAGS.config, SWITCHES)
@@ -68,9 +66,7 @@ def main(argv):
 
         print(describe(FLAGS.config), flush=True)
         return 0
-    configure_cpu_devices(FLAGS.config)  # before JAX starts its backends
-    configure_compilation_cache(FLAGS.config)
-    configure_host_malloc(FLAGS.config)
+    prepare_host(FLAGS.config)  # CPU devices, compilation cache, malloc: before JAX starts its backends
     logging.set_verbosity(logging.WARNING)  # orbax logs every save at INFO
     if FLAGS.distributed:
         import jax

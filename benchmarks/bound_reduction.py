@@ -151,13 +151,9 @@ def main():
     if any(s == "adaptive" for _, s, _ in runs) and not args.policy_workdir:
         sys.exit("error: --runs has adaptive: give --policy_workdir, a learned-sampler run with checkpoints at --steps")
     base = load_config(args.config, args.set)
-    from core.compilation_cache import configure_compilation_cache
-    from core.host_malloc import configure_host_malloc
-    from training.platform import configure_cpu_devices
+    from training.platform import prepare_host
 
-    configure_cpu_devices(base)
-    configure_compilation_cache(base)
-    configure_host_malloc(base)
+    prepare_host(base)
     import jax
 
     from data import load_split

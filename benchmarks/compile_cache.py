@@ -37,14 +37,10 @@ def child(spec: dict):
     """One phase in this process: train (in spec['chunks'] train() calls) or evaluate; prints one RESULT line per
     call."""
     from benchmarks.samplers import load_config
-    from core.compilation_cache import configure_compilation_cache
-    from core.host_malloc import configure_host_malloc
-    from training.platform import configure_cpu_devices
+    from training.platform import prepare_host
 
     config = load_config("configs/default.py", [*spec["sets"], f"compilation_cache={spec['cache']}"])
-    configure_cpu_devices(config)
-    configure_compilation_cache(config)
-    configure_host_malloc(config)
+    prepare_host(config)
     import jax
 
     counts = dict(compile_s=0.0, hits=0, misses=0)

@@ -6,7 +6,7 @@ where the kernel's own threads fixed glibc's arena limit first (docs/config.md#h
 Each mode trains configs/text.py for STEPS steps (no periodic evaluation) in-process, as notebooks/text.ipynb does,
 from an empty workdir, the compilation cache shared (a first run fills it): "process", a fresh Python process;
 "kernel", a Jupyter kernel started by nbclient, as a user's notebook runs; "kernel+env", a kernel started with
-host_malloc.ADVICE's variables in its environment. Reported per mode: what configure_host_malloc said and the train
+host_malloc.ADVICE's variables in its environment. Reported per mode: what the malloc settings said and the train
 steps per second of the last logging window (the compiled step, without start-up), each repeat, modes alternating.
 """
 
@@ -27,13 +27,11 @@ BODY = """
 import json, os, sys
 sys.path.insert(0, {root!r})
 from configs.text import get_config
-from core.host_malloc import configure_host_malloc
-from training.platform import configure_cpu_devices
+from training.platform import prepare_host
 c = get_config()
 c.train.num_steps, c.train.log_every, c.eval.periodic.every = {steps}, {steps} // 3, 0
 c.compilation_cache = {cache!r}
-configure_cpu_devices(c)
-said = configure_host_malloc(c)
+said = prepare_host(c)[-1]  # CPU devices, compilation cache, then the malloc settings' words
 from drivers.train import train
 train(c, {workdir!r})
 rows = [json.loads(line) for line in open(os.path.join({workdir!r}, "metrics.jsonl")) if "steps_per_sec" in line]
@@ -80,7 +78,7 @@ def main():
             said[m] = got["said"]
             print(f"{m} #{r}: {got['steps_per_sec']:.2f} steps/s ({got['said']})", flush=True)
     base = sum(rates["process"]) / len(rates["process"])
-    print("\n| mode | steps/s | process / mode | configure_host_malloc said |\n|---|---|---|---|")
+    print("\n| mode | steps/s | process / mode | the malloc settings said |\n|---|---|---|---|")
     for m in modes:
         mean = sum(rates[m]) / len(rates[m])
         print(f"| {m} | {', '.join(f'{x:.2f}' for x in rates[m])} | {base / mean:.2f} | {said[m][:90]} |")

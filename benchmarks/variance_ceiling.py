@@ -531,13 +531,9 @@ def main():
     wd = args.workdir or train(args, steps)
 
     base = load_config(args.config, [f"sampler.name={SCHEDULE}", *args.set])
-    from core.compilation_cache import configure_compilation_cache
-    from core.host_malloc import configure_host_malloc
-    from training.platform import configure_cpu_devices
+    from training.platform import prepare_host
 
-    configure_cpu_devices(base)
-    configure_compilation_cache(base)
-    configure_host_malloc(base)
+    prepare_host(base)
     from evaluation.bound import test_data
     from training.setup import build
 

@@ -6,13 +6,13 @@ adaLN time conditioning (models/tokens.py), antithetic time (MD4's default), seq
     python main.py --config=configs/text.py --workdir=workdirs/text --mode=eval   # the test split's bound
     python main.py --config=configs/text.py:ar --workdir=workdirs/text_ar         # the autoregressive baseline
 
-750 steps of 32 x 128 characters through the 1.28M-parameter network: about 4 minutes on one core of the
-development machine (3.7 steps/s; 1.5x that in a notebook kernel: docs/config.md#host-memory). Every 250 steps it writes the validation NELBO in bits per character
-(periodic/bpd_T8 in metrics.jsonl and TensorBoard: 128 validation sequences, 8 stratified times, the same at every
-evaluation) and text samples (samples/step_NNNNNNN.txt, 8 samples of 128 ancestral steps) to the workdir; running
-the same command again resumes exactly. Seed 0 there: 3.22, 2.83 and 2.62 bits per character at steps 250, 500 and
-750 (from log2 27 = 4.75; the letters' frequencies alone give about 4.0), and --mode=eval's test bound 2.710 +-
-0.005 over the 1,934 test sequences, 32 stratified times each, in 5 minutes
+750 steps of 32 x 128 characters through the 1.28M-parameter network: about 4 minutes on one core of the development
+machine (3.7 steps/s; 1.5x the time in a notebook kernel: docs/config.md#host-memory). Every 250 steps it writes the
+validation NELBO in bits per character (periodic/bpd_T8 in metrics.jsonl and TensorBoard: 128 validation sequences,
+8 stratified times, the same at every evaluation) and text samples (samples/step_NNNNNNN.txt, 8 samples of 128
+ancestral steps) to the workdir; running the same command again resumes exactly. Seed 0 there: 3.22, 2.83 and 2.62
+bits per character at steps 250, 500 and 750 (from log2 27 = 4.75; the letters' frequencies alone give about 4.0),
+and --mode=eval's test bound 2.710 +- 0.005 over the 1,934 test sequences, 32 stratified times each, in 5 minutes
 (docs/benchmarks/text.md#positions-why-the-token-transformer-rotates).
 """
 

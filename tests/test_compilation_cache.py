@@ -40,3 +40,32 @@ def test_the_config_names_the_cache_off_turns_it_off_and_the_environment_wins(tm
     assert any(theirs.iterdir()) and not (tmp_path / "ignored").exists()
     assert child(str(tmp_path / "ignored"), JAX_ENABLE_COMPILATION_CACHE="false") == ["None", "9.0"]
     assert not (tmp_path / "ignored").exists()
+
+
+def test_prepare_host_sets_the_devices_the_cache_and_malloc_before_jax_starts(tmp_path):
+    """training.platform.prepare_host, what main.py, the notebooks and the benchmarks call first: XLA's CPU device
+    count from config.mesh.cpu_devices (JAX then has that many), the compilation cache in the config's folder, and
+    glibc's malloc settings; one line each says what holds."""
+    code = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from configs.default import get_config
+from training.platform import prepare_host
+c = get_config()
+c.compilation_cache, c.mesh.cpu_devices = sys.argv[2], 3
+print("|".join(prepare_host(c)))
+import jax
+print(len(jax.devices()))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("JAX_COMPILATION_CACHE", "JAX_ENABLE_COMP"))}
+    env = {k: v for k, v in env.items() if k != "XLA_FLAGS" and not k.startswith("MALLOC_")}
+    cache = tmp_path / "cache"
+    r = subprocess.run(
+        [sys.executable, "-c", code, ROOT, str(cache)], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines, devices = r.stdout.split("\n")[:2]
+    said = lines.split("|")
+    assert said[:2] == ["XLA CPU devices: 3 (config.mesh.cpu_devices)", f"compilation cache: {cache}"]
+    assert devices == "3"
+    assert said[2].startswith("glibc malloc: mmap and trim thresholds 1024 MiB") or "not glibc" in said[2]

@@ -22,3 +22,17 @@ def configure_cpu_devices(config) -> int:
     n = cpu_device_count(config.mesh.cpu_devices, config.train.batch_size, cores)
     os.environ["XLA_FLAGS"] = f"{flags} {FLAG}={n}".strip()
     return n
+
+
+def prepare_host(config) -> list:
+    """What every process that trains or evaluates does first, before JAX starts its backends, from its config: one
+    XLA device per CPU core (configure_cpu_devices), JAX's compilation cache (config.compilation_cache,
+    core/compilation_cache.py) and glibc's malloc settings (config.host_malloc, core/host_malloc.py). Called by
+    main.py, the notebooks and the benchmarks that train in-process, never at import. Returns what now holds, one
+    line each, for a notebook to print."""
+    from core.compilation_cache import configure_compilation_cache
+    from core.host_malloc import configure_host_malloc
+
+    n = configure_cpu_devices(config)
+    devices = f"XLA CPU devices: {n} (config.mesh.cpu_devices)" if n else "XLA CPU devices: as XLA_FLAGS sets them"
+    return [devices, f"compilation cache: {configure_compilation_cache(config)}", configure_host_malloc(config)]
