@@ -806,9 +806,11 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
             + f" | {'-' if name == BASE else seeds_cell(differences(results, name, 'final_bpd'), detect)} |"
         )
     metrics = [m for m in METRICS if any(d[m[0]] is not None for ds in results.values() for d in ds)]  # text: no FID
-    if len(metrics) == 1:  # no run has an FID (text): its four columns go
-        lines[-2:] = [without_columns(line, (2, 3, 9, 10)) for line in lines[-2:]]
-        rows = [without_columns(row, (2, 3, 9, 10)) for row in rows]
+    if len(metrics) == 1:  # no run has an FID (text): its columns go, found by their headers
+        heads = [c.strip() for c in lines[-2].strip().strip("|").split("|")]
+        drop = [i for i, h in enumerate(heads) if h in ("FID", "KID", "Δ FID", "Δ KID") or "fid_N" in h]
+        lines[-2:] = [without_columns(line, drop) for line in lines[-2:]]
+        rows = [without_columns(row, drop) for row in rows]
     lines += rows
     lines += ["", f"Verdicts (paired differences d = run - {BASE}; 95% intervals; MDD as above):", ""]
     for name, _, _ in runs:
@@ -880,13 +882,19 @@ def beside_section(results, outs):
         for name, by_seed in sorted(finished_runs(out).items()):
             got = {seed: final_metrics(wd) for seed, wd in sorted(by_seed.items())}
             vals = [g["final_bpd"] for g in got.values()]
-            shared = [s for s in got if s in base and not unlike(got[s], base[s], "final_bpd")]
+            shared, unalike = [], []
+            for s in (s for s in got if s in base):
+                why = unlike(got[s], base[s], "final_bpd")
+                if why:  # named on the line, as every pair not measured alike is under the table
+                    unalike.append(f"seed {s} {'kept with --allow_mixed' if ALLOW_MIXED else 'left out'}: {why}")
+                if not why or ALLOW_MIXED:
+                    shared.append(s)
             pairs = np.array([got[s]["final_bpd"] - base[s]["final_bpd"] for s in shared])
             proto = next(iter(got.values()))["protocol"]
             lines.append(
                 f"- {name} in {os.path.basename(os.path.normpath(out))} (seeds {', '.join(map(str, got))}): "
                 f"{ms(vals, '{:.3f}')} bits/dim ({proto}); d = it - {BASE}: {paired(pairs)} over "
-                f"{len(pairs)} shared seed(s)."
+                f"{len(pairs)} shared seed(s)" + "".join(f"; {u}" for u in unalike) + "."
             )
     return ["", "Beside the table (--beside):", ""] + lines if lines else []
 
@@ -948,8 +956,8 @@ def worse_and_rival(results, runs):
                 d = differences(results, name, "final_bpd", rival)
                 f = differences(results, name, "fid_final", rival)
                 lines.append(
-                    f"- {name}: Δ bits/dim {paired(d)}; higher in {int(np.sum(d > 0))}/{len(d)} seeds; "
-                    f"Δ FID {paired(f)}."
+                    f"- {name}: Δ bits/dim {paired(d)}; higher in {int(np.sum(d > 0))}/{len(d)} seeds"
+                    + (f"; Δ FID {paired(f)}." if len(f) else ".")  # text: no FID
                 )
     return lines
 
@@ -1309,6 +1317,9 @@ def main():
         return print(sizing(args.size_from, args.detect))
     runs = parse_runs(args.runs)
     check_bound_flags(args)
+    for out in args.beside:
+        if not os.path.isdir(out):
+            sys.exit(f"error: --beside={out}: no such folder (another benchmark's OUT, e.g. the AR baseline's)")
     seeds = [int(s) for s in args.seeds.split(",")]
     os.makedirs(args.out, exist_ok=True)
     os.environ.update(cache_env(args.compilation_cache, args.out))  # main.py's of every run inherit it

@@ -17,11 +17,13 @@ glibc's defaults. Measured (docs/benchmarks/compile.md#host-memory-glibcs-malloc
 from 11% less to 18% more. Nothing changes where libc is not glibc (macOS, musl) or where the environment sets
 glibc's own tunables (MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_, MALLOC_ARENA_MAX: the user's choice wins).
 
-glibc fixes its arena limit once, when a second thread first allocates; M_ARENA_MAX set after that is ignored. In a
-process whose other threads started first (a Jupyter or Colab kernel: its heartbeat, IOPub and control threads)
-XLA's threads still get arenas of their own, and the text config's train step ran 1.5x as slow in a kernel as in a
-plain process (`benchmarks/kernel_malloc.py`). keep_freed_memory counts the arenas (malloc_info(3)) and says so;
-only the environment, set before the process starts, helps there (ADVICE).
+M_ARENA_MAX cannot undo arenas that exist already. In a process whose other threads allocated first (a Jupyter or
+Colab kernel: its heartbeat, IOPub and control threads) each of them has its own arena; glibc hands those out in
+turn to later threads (and once more than 8 exist it has fixed its own limit, 8 per core, and goes on making new
+ones), so most of XLA's threads allocate off the main heap, where a large buffer is mapped afresh each step: the text
+config's train step ran 1.5x as slow in a kernel as in a plain process (`benchmarks/kernel_malloc.py`).
+keep_freed_memory counts the arenas (malloc_info(3)) and says so; only the environment, set before the process
+starts, helps there (ADVICE).
 """
 
 import ctypes
@@ -57,14 +59,18 @@ def arenas(libc) -> int:
         libc.open_memstream.restype = ctypes.c_void_p
         buf, size = ctypes.c_void_p(), ctypes.c_size_t()
         stream = ctypes.c_void_p(libc.open_memstream(ctypes.byref(buf), ctypes.byref(size)))
-        if not stream.value:
-            return 0
-        libc.malloc_info(0, stream)
-        libc.fclose(stream)
-        xml = ctypes.string_at(buf.value, size.value)
-        libc.free(buf)
-    except (AttributeError, OSError):
+    except AttributeError:
         return 0
+    if not stream.value:
+        return 0
+    try:
+        libc.malloc_info(0, stream)
+    except AttributeError:
+        return 0
+    finally:
+        libc.fclose(stream)  # the buffer is complete (and ours to free) once the stream is closed
+        xml = ctypes.string_at(buf.value, size.value) if buf.value else b""
+        libc.free(buf)
     return xml.count(b"<heap nr=")
 
 
@@ -80,7 +86,7 @@ def keep_freed_memory(threshold: int = THRESHOLD) -> str:
     libc = _glibc()
     if libc is None:
         return "the C library's own malloc (not glibc)"
-    before = arenas(libc)  # more than one: the arena limit is fixed already, M_ARENA_MAX below is ignored
+    before = arenas(libc)  # more than one: later threads share those (module docstring); 0: cannot tell
     settings = ((M_MMAP_THRESHOLD, threshold), (M_TRIM_THRESHOLD, threshold), (M_ARENA_MAX, 1))
     accepted = [libc.mallopt(option, value) for option, value in settings]  # every one tried
     if not all(accepted):
@@ -88,10 +94,12 @@ def keep_freed_memory(threshold: int = THRESHOLD) -> str:
     if before > 1:
         _state["set"] = (
             f"glibc malloc: mmap and trim thresholds {threshold >> 20} MiB, but {before} arenas already (threads "
-            "started before this call fixed glibc's arena limit: XLA's threads map their large buffers afresh)"
+            "that allocated before this call have their own, which later threads share: most of XLA's threads "
+            "map their large buffers afresh)"
         )
         return f"{_state['set']}; {ADVICE}"
-    _state["set"] = f"glibc malloc: mmap and trim thresholds {threshold >> 20} MiB, one arena"
+    arena = "one arena" if before == 1 else "one arena asked (how many exist, malloc_info could not say)"
+    _state["set"] = f"glibc malloc: mmap and trim thresholds {threshold >> 20} MiB, {arena}"
     return _state["set"]
 
 

@@ -36,7 +36,9 @@ import pytest  # noqa: E402
 
 from core.host_malloc import keep_freed_memory  # noqa: E402
 
-# the entry points' default (config.host_malloc="reuse"): XLA's freed CPU buffers reused, not mapped afresh
+# the entry points' default (config.host_malloc="reuse"): XLA's freed CPU buffers reused, not mapped afresh (under
+# pytest-xdist the worker's own thread has an arena already, so XLA's threads reuse only part of them: the tests'
+# numbers do not depend on it, their time does a little)
 keep_freed_memory()
 
 # The default config with a tiny UNet and sampler and a short run: shared by every test (and by main.py runs in

@@ -100,7 +100,7 @@ def test_worse_seeds_and_the_pairs_against_the_adaptive_noise_schedule():
     lines = worse_and_rival(results, runs)
     assert "(worse): adaptive_noise 0/3, adaptive 2/3." in lines[1]
     d = np.array([0.12, 0.0, 0.5])  # adaptive - adaptive_noise
-    assert lines[-1] == f"- adaptive: Δ bits/dim {paired(d)}; higher in 2/3 seeds; Δ FID -."
+    assert lines[-1] == f"- adaptive: Δ bits/dim {paired(d)}; higher in 2/3 seeds."  # no FID: no FID clause
     assert len(worse_and_rival({k: results[k] for k in ("uniform", "adaptive")}, runs[::2])) == 2  # no rival
 
 
@@ -587,7 +587,9 @@ def test_a_text_table_drops_fid_shows_its_standard_errors_the_ar_line_beside_and
     beside = sp.beside_section(results, [str(ar)])
     assert beside[1] == "Beside the table (--beside):"
     assert "uniform in text_ar (seeds 0, 1, 2): 2.550 ± 0.050 bits/dim (masked diffusion NELBO)" in beside[3]
-    assert beside[3].endswith("d = it - uniform: -0.150 over 1 shared seed(s).")  # 2.60 - 2.75; seed 1 left out
+    # 2.60 - 2.75; seed 1 read other data: left out, and said
+    left_out = "seed 1 left out: data test t2/train other against test t2/train t1."
+    assert beside[3].endswith(f"d = it - uniform: -0.150 over 1 shared seed(s); {left_out}")
     assert sp.samples_section(results, runs, str(out)) == [
         "",
         "Text samples of the final evaluation (seed 0, the first 2 of each run):",
@@ -599,5 +601,9 @@ def test_a_text_table_drops_fid_shows_its_standard_errors_the_ar_line_beside_and
         "  `antithetic one`",
         "  `antithetic two`",
     ]
+    monkeypatch.setattr(sp, "RIVALS", ("antithetic",))
+    results["bell"] = [dict(r, final_bpd=r["final_bpd"] + 0.02 - 0.01 * r["seed"]) for r in results["antithetic"]]
+    rival = sp.worse_and_rival(results, [*runs, ("bell", "bell", None)])
+    assert rival[-1].startswith("- bell: Δ bits/dim +0.015 [") and rival[-1].endswith("higher in 2/2 seeds.")  # no FID
     kept = sp.keep_record(sp.workdir_of(str(out), "uniform", 0), str(tmp_path / "records"))
     assert os.path.exists(os.path.join(kept, "eval", "samples_0000500.txt"))
