@@ -28,8 +28,9 @@ def prepare_host(config) -> list:
     """What every process that trains or evaluates does first, before JAX starts its backends, from its config: one
     XLA device per CPU core (configure_cpu_devices), JAX's compilation cache (config.compilation_cache,
     core/compilation_cache.py) and glibc's malloc settings (config.host_malloc, core/host_malloc.py). Called by
-    main.py, the notebooks and the benchmarks that train in-process, never at import. Returns what now holds, one
-    line each, for a notebook to print."""
+    main.py, the notebooks and the benchmarks that train in-process (benchmarks/throughput.py sets the devices
+    alone, its figures measured so), never at import; evaluation/reference.py, which makes no devices, sets the
+    other two itself. Returns what now holds, one line each, for a notebook to print."""
     from core.compilation_cache import configure_compilation_cache
     from core.host_malloc import configure_host_malloc
 
