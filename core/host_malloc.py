@@ -35,7 +35,7 @@ M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # glibc's malloc.h
 ENV = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_ARENA_MAX")
 CHOICES = ("reuse", "glibc")
 
-_state = {"set": ""}
+_state = {"set": "", "advice": ""}  # the words of what was set; ADVICE where it fell short
 ADVICE = (
     "start the process (jupyter) with MALLOC_ARENA_MAX=1 MALLOC_MMAP_THRESHOLD_=1073741824 "
     "MALLOC_TRIM_THRESHOLD_=1073741824 for main.py's speed (docs/config.md#host-memory)"
@@ -82,7 +82,7 @@ def keep_freed_memory(threshold: int = THRESHOLD) -> str:
     if named:
         return f"glibc's malloc as the environment sets it ({', '.join(named)})"
     if _state["set"]:
-        return _state["set"] + (f"; {ADVICE}" if "arenas already" in _state["set"] else "")
+        return _state["set"] + _state["advice"]
     libc = _glibc()
     if libc is None:
         return "the C library's own malloc (not glibc)"
@@ -97,7 +97,8 @@ def keep_freed_memory(threshold: int = THRESHOLD) -> str:
             "that allocated before this call have their own, which later threads share: most of XLA's threads "
             "map their large buffers afresh)"
         )
-        return f"{_state['set']}; {ADVICE}"
+        _state["advice"] = f"; {ADVICE}"
+        return _state["set"] + _state["advice"]
     arena = "one arena" if before == 1 else "one arena asked (how many exist, malloc_info could not say)"
     _state["set"] = f"glibc malloc: mmap and trim thresholds {threshold >> 20} MiB, {arena}"
     return _state["set"]
