@@ -146,6 +146,8 @@ def context(config, devices=None) -> Context:
             "data_name": (config.data.name, "config.data.name"),
             "num_classes": (dataset_classes(config.data), "config.data.name"),
             "vocab_size": (dataset_vocab(config.data), "config.data.name"),
+            "seq_len": (config.data.get("seq_len", 0), "config.data.seq_len"),  # tokens in a sequence; 0: images
+            "causal": (bool(config.model.get("causal", False)), "config.model.causal"),  # the token network's attention
         }
     )
 

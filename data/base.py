@@ -146,6 +146,15 @@ def load_split(data_cfg, split: str):
     return DATASETS[data_cfg.name].load(data_cfg, split)
 
 
+def check_splits(data_cfg):
+    """Opens the splits a run of config.data will read later, for a dataset part that names them
+    (`check_splits(cfg)`: a text corpus's validation and test splits, data/text.py), so that one too short for
+    its sequences ends in one line before anything compiles; nothing for the others."""
+    part = DATASETS.parts.get(data_cfg.name)
+    if part is not None and hasattr(part, "check_splits"):
+        part.check_splits(data_cfg)
+
+
 def split_fingerprint(source) -> str:
     """The content hash of a split's source (its arrays, labels included), or fingerprint.UNKNOWN for a source that
     reads records one by one (tensorflow-datasets, image folders: hashing them would cost a pass over the data)."""

@@ -13,7 +13,7 @@ Splits are by document, never inside one: a sequence of one split never holds te
   (Deuteronomy, Nehemiah, Daniel, Zechariah, Ephesians, 1 Peter), in test when b % 11 = 10 (2 Samuel,
   Ecclesiastes, Jonah, John, 1 Timothy, Jude), else in train. Brackets (the translators' added words, [was]) are
   dropped by the normalisation; the words stay.
-- text_files: every *.txt file under config.data.data_dir (recursively), in sorted path order, each a document; the
+- text_files: every *.txt file under config.data.text_dir (recursively), in sorted path order, each a document; the
   last documents (in that order) go to test until it holds at least test_fraction of the characters, the ones before
   them to validation likewise, the rest to train; at least 3 files are needed.
 - tiny_text: 6 short paragraphs written for the tests, one document each: 4 train, 1 validation, 1 test.
@@ -178,6 +178,13 @@ class TextDataset:
     @classmethod
     def pixels(cls, cfg, split: str):
         return cls.load(cfg, split)
+
+    @classmethod
+    def check_splits(cls, cfg):
+        """Every split opened (data.base.check_splits): training reads train, the periodic evaluation validation
+        and --mode=eval test; a split shorter than one sequence ends in one line at the start of training."""
+        for split in SPLITS:
+            cls.load(cfg, split)
 
 
 @DATASETS.register

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from config.fields import Int
 from diffusion.base import PROCESSES, Likelihood, Process, Sampling
 from diffusion.gaussian import LN2
-from diffusion.masked import check_tokens
+from diffusion.masked import check_attention, check_tokens
 from diffusion.time import ContinuousTime
 
 
@@ -36,6 +36,7 @@ class Autoregressive(Process, Sampling, Likelihood):
     @classmethod
     def check(cls, cfg, ctx):
         check_tokens(cfg, ctx)
+        check_attention(cls.name, ctx, causal=True)
 
     def __init__(self, **fields):
         f = self.field_values(fields)

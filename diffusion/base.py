@@ -157,7 +157,7 @@ class Process(abc.ABC):
     # -- the prior ------------------------------------------------------------------------------------------------
     @abc.abstractmethod
     def prior_sample(self, key, shape):
-        """A draw of the prior at the noise end, where sampling starts: [shape] float32."""
+        """A draw of the prior at the noise end, where sampling starts: [shape] float32 (a token process: int32)."""
 
     @abc.abstractmethod
     def prior_logp(self, x):

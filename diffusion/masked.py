@@ -66,7 +66,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from config.fields import Choice, FieldError, Int, Num
+from config.fields import Choice, ConfigError, FieldError, Int, Num
 from diffusion.base import PROCESSES, Likelihood, NoiseLevel, Process, Sampling
 from diffusion.continuous import stratified_times
 from diffusion.gaussian import LN2
@@ -123,6 +123,22 @@ def check_tokens(cfg, ctx):
         raise FieldError("vocab_size", cfg.vocab_size, f"must be {ctx['vocab_size']}, config.data.name's vocabulary")
 
 
+def check_attention(process: str, ctx, causal: bool):
+    """The token network's attention must be what the process reads: causal for the autoregressive baseline (a
+    network that sees token l while predicting it learns to copy it), bidirectional for masked diffusion."""
+    if ctx["causal"] != causal:
+        why = (
+            "next-token prediction needs causal attention (a network that sees token l while predicting it copies it)"
+            if causal
+            else "the masked model reads the whole sequence (model.causal=True is the autoregressive baseline, "
+            "config.diffusion.name='autoregressive')"
+        )
+        raise ConfigError(
+            f"config.model.causal={ctx['causal']!r} is not allowed with config.diffusion.name={process!r}: {why}; "
+            f"use config.model.causal={causal!r}"
+        )
+
+
 def masked_cross_entropy(logits, x0, xt, mask_id: int):
     """sum over the masked positions of -log softmax(logits)[x0]: [B] nats. logits [B, L, V], x0, xt [B, L]."""
     logp = jax.nn.log_softmax(logits, axis=-1)
@@ -153,6 +169,7 @@ class Masked(Process, NoiseLevel, Sampling, Likelihood):
     @classmethod
     def check(cls, cfg, ctx):
         check_tokens(cfg, ctx)
+        check_attention(cls.name, ctx, causal=False)
 
     def __init__(self, **fields):
         """Masked diffusion with its FIELDS' defaults, any of them given by keyword."""

@@ -19,7 +19,7 @@ from absl import logging
 
 from config.validate import check_workdir
 from core import progress
-from data import DATASETS, BatchIterator, data_fingerprints, load_split
+from data import DATASETS, BatchIterator, check_splits, data_fingerprints, load_split
 from diffusion.base import Sampling
 from diffusion.generate import generate
 from evaluation.periodic import PeriodicEval
@@ -67,6 +67,7 @@ def train(config, workdir: str):
     """Train (or resume) in `workdir`, holding its lock (training/lock.py: WorkdirLocked if another run holds it).
     Returns the final train state."""
     check_workdir(workdir)
+    check_splits(config.data)  # the splits read later (text: validation, test), before anything is built
     if "://" not in workdir:
         workdir = os.path.abspath(workdir)  # orbax needs absolute paths
     with hold(workdir):  # one writer per workdir (training/lock.py): before anything is built, compiled or written

@@ -28,7 +28,7 @@ time_features="none": for masked diffusion the network need not see t, the fract
 tokens < l. Trained by diffusion/autoregressive.py.
 
 Sizes: hidden 128, depth 4, heads 4 (1.28M parameters at V = 27 with rope) is the default: configs/text.py's 750
-steps of batch 32 x 128 characters take about 6 minutes on one CPU core.
+steps of batch 32 x 128 characters take about 4 minutes on one CPU core (docs/benchmarks/compile.md).
 """
 
 from typing import Any
@@ -112,6 +112,12 @@ class Tokens:
             )
         if cfg.class_cond:
             raise FieldError("class_cond", True, "the token transformer has no class labels")
+        if cfg.positions == "learned" and ctx["seq_len"] > cfg.max_len:
+            raise FieldError(
+                "max_len",
+                cfg.max_len,
+                f"positions='learned' needs a row per position: at least config.data.seq_len = {ctx['seq_len']}",
+            )
 
     @classmethod
     def build(cls, cfg, *, num_classes, out_channels):

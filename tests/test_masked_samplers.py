@@ -61,6 +61,7 @@ EPS = 1e-3
 MEDIAN_TIME = {
     "linear": (0.5 - EPS) / (1 - EPS),  # s = 1/2
     "cosine": (2.0 / 3.0 - EPS) / (1 - EPS),  # cos(pi s / 2) = 1/2
+    "cosine_md4": (1.0 / 3.0 - EPS) / (1 - EPS),  # sin(pi s / 2) = 1/2
     "polynomial": (0.5 ** (1.0 / 3.0) - EPS) / (1 - EPS),  # s^3 = 1/2
     "loglinear": (0.5 / (1 - EPS) - EPS) / (1 - EPS),  # (1 - eps) s = 1/2
 }
@@ -83,20 +84,27 @@ def test_bell_draws_the_same_masking_rates_under_every_schedule(schedule):
     np.testing.assert_array_equal(w, 1.0)
 
 
-@pytest.mark.parametrize("schedule", ["linear", "cosine"])
+# the masking rate m(s) and dm/ds of each schedule, by hand (power 3)
+RATE_BY_HAND = {
+    "linear": lambda s: (s, np.ones_like(s)),
+    "cosine": lambda s: (1 - np.cos(np.pi * s / 2), np.pi / 2 * np.sin(np.pi * s / 2)),
+    "cosine_md4": lambda s: (np.sin(np.pi * s / 2), np.pi / 2 * np.cos(np.pi * s / 2)),
+    "polynomial": lambda s: (s**3, 3 * s**2),
+    "loglinear": lambda s: ((1 - EPS) * s, np.full_like(s, 1 - EPS)),
+}
+
+
+@pytest.mark.parametrize("schedule", SCHEDULES)
 def test_bell_importance_weights_by_hand(schedule):
-    """w = 1 / (q(m) dm/dt), q = 0.9 Beta(m; 3, 3) + 0.1 = 0.9 * 30 m^2 (1 - m)^2 + 0.1, with s = eps + (1 - eps) t:
-    linear m = s, dm/dt = 1 - eps; cosine m = 1 - cos(pi s / 2), dm/dt = (1 - eps) (pi / 2) sin(pi s / 2)."""
-    p = Masked(schedule=schedule)
+    """w = 1 / (q(m) dm/dt), q = 0.9 Beta(m; 3, 3) + 0.1 = 0.9 * 30 m^2 (1 - m)^2 + 0.1, with s = eps + (1 - eps) t
+    (dm/dt = (1 - eps) dm/ds) and m(s) of each schedule written out above."""
+    p = Masked(schedule=schedule, power=3.0)
     sampler = sampler_on(p, "bell", importance_weights=True, uniform_mix=0.1)
     t, w, _ = sampler.sample({}, jax.random.PRNGKey(1), jnp.zeros((64, 4), jnp.int32))
     s = EPS + (1 - EPS) * np.asarray(t, np.float64)
-    if schedule == "linear":
-        m, dm = s, np.full_like(s, 1 - EPS)
-    else:
-        m, dm = 1 - np.cos(np.pi * s / 2), (1 - EPS) * np.pi / 2 * np.sin(np.pi * s / 2)
+    m, dm_ds = RATE_BY_HAND[schedule](s)
     q = 0.9 * 30 * m**2 * (1 - m) ** 2 + 0.1
-    np.testing.assert_allclose(w, 1 / (q * dm), rtol=2e-3)
+    np.testing.assert_allclose(w, 1 / (q * (1 - EPS) * dm_ds), rtol=2e-3)
 
 
 def uniform_integrand(p, t):

@@ -327,6 +327,35 @@ def test_token_configs_refused_in_one_line():
     assert "config.data.name='digits' holds no tokens" in refusal(c)
     c = text_config(**{"weighting.name": "min_snr"})
     assert "the weighting is a function of the Gaussian path's log SNR" in refusal(c)
+    # the network's attention must be the process's: a bidirectional AR model copies its input to a loss near 0
+    c = text_config(**{"model.causal": True})
+    assert refusal(c).startswith("config.model.causal=True is not allowed with config.diffusion.name='masked'")
+    c = text_config()
+    switch_part(c, "diffusion", "autoregressive")
+    assert refusal(c).startswith("config.model.causal=False is not allowed with config.diffusion.name='autoregressive'")
+    c.model.causal = True
+    validate(c)
+    c = text_config(**{"model.positions": "learned", "model.max_len": 15})  # sequences of 16
+    assert refusal(c) == (
+        "config.model.max_len=15 is not allowed: positions='learned' needs a row per position: at least "
+        "config.data.seq_len = 16"
+    )
+
+
+def test_a_split_too_short_for_a_sequence_ends_before_the_compile(tmp_path, capsys):
+    """tiny_text's train split holds 696 characters, its validation and test splits 174 each: with sequences of 200
+    the periodic evaluation's split (read after training's first 250 steps) and --mode=eval's are refused at the
+    start, in one line, before anything is built or compiled."""
+    import main
+
+    c = text_config(**{"data.seq_len": 200, "model.max_len": 200, "eval.periodic.every": 2})
+    assert main.run(c, str(tmp_path / "run")) == 2
+    captured = capsys.readouterr()
+    assert captured.err == (
+        "error: config.data.seq_len=200 is longer than the validation split of config.data.name='tiny_text' "
+        "(174 characters)\n"
+    )
+    assert "Compiled" not in captured.out and not (tmp_path / "run" / "checkpoints").exists()
 
 
 def test_text_configs_validate_and_build_their_shapes():
