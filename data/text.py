@@ -218,6 +218,13 @@ def read_text_file(path: str) -> str:
         raise DatasetNotFound(f"{path!r} is not a UTF-8 text file ({e.reason} at byte {e.start})") from None
 
 
+@functools.lru_cache(maxsize=1)
+def normalised_files(files: tuple) -> list:
+    """The normalised text of each (path, mtime, size) in `files`: one read of a folder for its three splits, the
+    start's check and the fingerprints (a file changed since is read again: its mtime or size is part of the key)."""
+    return [normalise(read_text_file(f)) for f, _, _ in files]
+
+
 @DATASETS.register
 class TextFiles(TextDataset):
     name = "text_files"
@@ -248,7 +255,8 @@ class TextFiles(TextDataset):
 
     @classmethod
     def documents(cls, cfg, split):
-        texts = [normalise(read_text_file(f)) for f in cls.files(cfg)]
+        files = cls.files(cfg)
+        texts = normalised_files(tuple((f, os.stat(f).st_mtime_ns, os.stat(f).st_size) for f in files))
         sizes = np.array([len(t) for t in texts], np.float64)
         if sizes.sum() == 0:
             raise DatasetNotFound(f"config.data.text_dir={cfg.text_dir!r}: its .txt files hold no letters")
