@@ -3,9 +3,8 @@
 # benchmarks/tables56.sh, beside uniform and the adaptive noise schedule, on seeds no choice has seen (DDPM and flow
 # 20-29; the latent DiT 8-11: latent22 used 0-3, latent36c 4-7). Every run paired with uniform, with the schedule and
 # with the best fixed distribution of the pilots (--rivals: each arm's regret against it).
-# Seeds 20-25 of DDPM and flow first, then the latent DiT, then seeds 26-29 of both: every table is whole at six
-# seeds (the pilots' differences against uniform were 3 to 20 times their MDD at 3 seeds) before the later seeds
-# narrow the intervals that decide between a learned arm and the best fixed distribution.
+# Seeds 20-25 of DDPM and flow first, then seeds 26-29 of both (DDPM's and flow's tables whole at ten seeds in
+# about 2.5 h more), then the latent DiT (about 9 h).
 # One run at a time on one core, resumable, records in benchmarks/records/{ddpm56c,flow56c,latent56c}:
 #   taskset -c 1 bash benchmarks/tables56c.sh [OUT]      (OUT: workdirs by default)
 set -euo pipefail
@@ -35,6 +34,8 @@ flow() { python benchmarks/samplers.py --config=configs/flow.py --every=500 --ou
   --rivals=adaptive_noise,$best "$@"; }
 ddpm --seeds=$first
 flow --seeds=$first
+ddpm --seeds=$first,$later
+flow --seeds=$first,$later
 # The latent DiT (its bound in bits per latent dim, the chain's stratified estimate as in latent36c), with DDPM's
 # choices: the same T = 1000 linear chain and eps target; then the rms proposal, the one place where the variance
 # ceiling leaves the schedule room (M 1.46 times the best marginal proposal's at step 2,000).
@@ -45,5 +46,3 @@ latent() { python benchmarks/samplers.py --config=configs/mnist_latent.py:dit --
   --rivals=adaptive_noise,$best "$@"; }
 latent --seeds=8,9,10,11 --runs=uniform,adaptive_noise,$best,$learned
 latent --seeds=8,9,10,11 --runs=uniform,adaptive_noise,$best,$learned,grad_variance/estimate=rms/importance_weights=True/uniform_prob=0.05
-ddpm --seeds=$first,$later
-flow --seeds=$first,$later
