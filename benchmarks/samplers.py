@@ -522,25 +522,53 @@ def load(wd):
     )
 
 
+def hashes(data) -> str | None:
+    """One data fingerprint ({split: hash}) as a table names it, None where there is none or a split could not be
+    hashed (read record by record)."""
+    if not data or any(str(v).startswith("unknown") for v in data.values()):
+        return None
+    return "/".join(f"{k} {v}" for k, v in sorted(data.items()))
+
+
+def history(rec: dict, field: str):
+    """The values a fingerprints.json field took over the run's attempts, in order, each once (a run resumed with
+    other data or another network has several: report.record_fingerprints)."""
+    seen = []
+    for v in [a[field] for a in rec.get("attempts", []) if field in a] or [rec.get(field)]:
+        if v is not None and v not in seen:
+            seen.append(v)
+    return seen
+
+
 def measured_with(wd, ev) -> dict:
-    """What a finished run was measured with: data (the content hashes of its train and test splits, from
-    fingerprints.json or the eval JSON), features (its final FID's feature network and reference, from the eval
-    JSON), each None in a record that predates fingerprints or whose data could not be hashed; probe: the test
-    split's own FID against the same reference, which tells two feature networks apart where no hash says which
-    (FID_PROBE_RTOL)."""
+    """What a finished run was measured with: data (the content hashes of the train and test splits it trained on,
+    from fingerprints.json, and of those its final evaluation read, from the eval JSON, each different one named in
+    order: a run resumed or evaluated on other data is alike only to a run with the same history); features (its
+    final FID's feature network and reference, and for a latent model the decoder, from the eval JSON); periodic
+    (the network of its periodic FID); each None in a record that predates fingerprints or whose data could not be
+    hashed; probe: the test split's own FID against the same reference, which tells two feature networks apart where
+    no hash says which (FID_PROBE_RTOL)."""
     path = os.path.join(wd, "fingerprints.json")
-    data = None
+    rec = {}
     if os.path.exists(path):
         with open(path) as f:
-            data = json.load(f).get("data")
-    data = data or ev.get("fingerprints", {}).get("data")
-    if data and any(str(v).startswith("unknown") for v in data.values()):  # a split read record by record
-        data = None
+            rec = json.load(f)
+    data = [hashes(d) for d in history(rec, "data")]
+    final = hashes(ev.get("fingerprints", {}).get("data"))
+    if final and (not data or data[-1] != final):
+        data.append(final)
+    periodic = [f"{p['network']} (reference {p.get('reference')})" for p in history(rec, "periodic_features")]
     fid = ev.get("fid", {})
     fp = fid.get("protocol", {}).get("fingerprint") or {}
+    features = None
+    if fp.get("network"):
+        features = f"{fp['network']} (reference {fp['reference']}" + (
+            f", decoder {fp['decoder']})" if fp.get("decoder") else ")"
+        )
     return dict(
-        data="/".join(f"{k} {v}" for k, v in sorted(data.items())) if data else None,
-        features=f"{fp['network']} (reference {fp['reference']})" if fp.get("network") else None,
+        data=None if None in data or not data else " then ".join(data),
+        features=features,
+        periodic=" then ".join(periodic) if periodic else None,
         probe=fid.get("test_split", {}).get("fid"),
     )
 
@@ -598,6 +626,13 @@ def unlike(a: dict, b: dict, key: str) -> str | None:
     return None
 
 
+def mixed_mark(ds, key) -> str:
+    """ " (mixed)" after a mean ± sd over one run's seeds when they were not all measured alike for `key` (unlike):
+    that mean averages two metrics; the paired columns leave such pairs out."""
+    ds = [d for d in ds if d.get(key) is not None]
+    return " (mixed)" if any(unlike(a, b, key) for a in ds for b in ds) else ""
+
+
 def differences(results, name, key, base=None):
     """The per-seed paired differences d = run - base of `key` over the seeds where both have a value and were
     measured alike (unlike); a pair that was not is left out (ALLOW_MIXED: kept) and named in MIXED."""
@@ -629,7 +664,9 @@ def fingerprint_note(results) -> list:
     ds = [d for ds in results.values() for d in ds]
     lines = ["", "Measured with (content hashes, core/fingerprint.py):"]
     has_fid = any(d.get("fid_final") is not None for d in ds)
-    for what, label in (("data", "data"), ("features", "FID feature network"))[: 2 if has_fid else 1]:
+    kinds = [("data", "data")] + [("features", "FID feature network")] * has_fid
+    kinds += [("periodic", "periodic FID's network")] * any(d.get("fp", {}).get("periodic") for d in ds)
+    for what, label in kinds:
         seen = sorted({d.get("fp", {}).get(what) for d in ds} - {None})
         missing = sum(1 for d in ds if not d.get("fp", {}).get(what))
         text = "; ".join(seen) if seen else "none"
@@ -798,8 +835,9 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
         if fid_key:
             wall += f" | {steps_to(ds, fid_target, 'fid')[0]}"
         rows.append(
-            f"| {name} | {ms([d['final_bpd'] for d in ds], '{:.3f}')} | "
-            f"{ms([d['fid_final'] for d in ds], '{:.3f}')} | {ms([d['kid_final'] for d in ds], '{:.4f}')} | "
+            f"| {name} | {ms([d['final_bpd'] for d in ds], '{:.3f}')}{mixed_mark(ds, 'final_bpd')} | "
+            f"{ms([d['fid_final'] for d in ds], '{:.3f}')}{mixed_mark(ds, 'fid_final')} | "
+            f"{ms([d['kid_final'] for d in ds], '{:.4f}')}{mixed_mark(ds, 'kid_final')} | "
             f"{reached} | {wall} | {ms([d['total_s'] for d in ds], '{:.0f}')} | "
             f"{ms([at_wall_clock(d, budget) for d in ds], '{:.3f}')} | "
             + " | ".join("-" if name == BASE else paired(differences(results, name, k), dec) for k, _, dec in METRICS)
@@ -812,6 +850,8 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
         lines[-2:] = [without_columns(line, drop) for line in lines[-2:]]
         rows = [without_columns(row, drop) for row in rows]
     lines += rows
+    if any(" (mixed)" in row for row in rows):
+        lines += ["", "(mixed): a mean over seeds measured with different data or feature networks (listed below)."]
     lines += ["", f"Verdicts (paired differences d = run - {BASE}; 95% intervals; MDD as above):", ""]
     for name, _, _ in runs:
         if name != BASE:

@@ -82,6 +82,14 @@ def processor() -> str:
     return platform.processor() or UNKNOWN
 
 
+def without_paths(text: str) -> str:
+    """`text` with every absolute or home-relative path replaced by <path> (a record names no path of the machine
+    that wrote it: --xla_dump_to=/home/..., an exception's file name)."""
+    import re
+
+    return re.sub(r"(?<![\w.])(?:~|/)[^\s'\",:;)]*", "<path>", text)
+
+
 def environment(root: str) -> dict:
     """What ran a computation: code revision, library versions, processor, platform and the XLA flags."""
     return dict(
@@ -89,6 +97,6 @@ def environment(root: str) -> dict:
         versions=versions(),
         processor=processor(),
         platform=f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",
-        xla_flags=os.environ.get("XLA_FLAGS", ""),
+        xla_flags=without_paths(os.environ.get("XLA_FLAGS", "")),
         malloc=host_malloc.current(),  # its time, not its numbers, depends on it (core/host_malloc.py)
     )

@@ -230,7 +230,7 @@ class TextFiles(TextDataset):
     name = "text_files"
     FIELDS = dict(
         seq_len=Int(256, 2),
-        text_dir=Path(""),  # the folder of .txt files, searched recursively
+        text_dir=Path("", mutable=True),  # the folder of .txt files, searched recursively (its splits are hashed)
         validation_fraction=Num(0.05, 0.0, 0.5, lo_open=True),
         test_fraction=Num(0.05, 0.0, 0.5, lo_open=True),
     )

@@ -85,7 +85,8 @@ def evaluate(config, workdir: str) -> dict:
         try:
             pixels = pixel_split(c.data, "test")
         except Exception as e:  # a dataset without a test split (tfds' celeb_a_hq): FID itself does not need it
-            no_pixels = f"the test split's images cannot be read ({type(e).__name__}: {e})"
+            why = fingerprint.without_paths(str(e))  # a record names no path of the machine
+            no_pixels = f"the test split's images cannot be read ({type(e).__name__}: {why})"
     key = jax.random.fold_in(jax.random.PRNGKey(c.seed), 0xE7A1)
     images, labels = test_data(setup, c.eval.nll_images)
     record = dict(

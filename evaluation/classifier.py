@@ -68,7 +68,19 @@ def make_net(dataset: str = "digits") -> DigitsNet:
 
 
 def cache_path(cache_dir: str, dataset: str = "digits") -> str:
-    digest = hashlib.sha256(json.dumps(RECIPES[dataset], sort_keys=True).encode()).hexdigest()[:12]
+    """Where a classifier trained from the recipe is cached: keyed by the recipe, the training data's content hash
+    and what its training is deterministic only within (library versions, processor, XLA flags), so that a cache
+    shared by two machines or settings never hands one's network to the other."""
+    from core import fingerprint
+
+    (xtr, ytr), _ = dataset_arrays(dataset)
+    env = fingerprint.environment(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    key = dict(
+        recipe=RECIPES[dataset],
+        data=fingerprint.of_arrays(xtr, ytr),
+        **{k: env[k] for k in ("versions", "processor", "platform", "xla_flags")},
+    )
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
     cache_dir = os.path.expanduser(cache_dir or "~/.cache/adaptive-timesteps")
     return os.path.join(cache_dir, f"{dataset}_classifier_{digest}.npz")
 

@@ -473,6 +473,11 @@ def test_runs_measured_with_different_feature_networks_or_data_are_not_paired(mo
         "adaptive seed 1 and uniform seed 1: FID and KID not paired: features n2 against n1",
         "adaptive seed 2 and uniform seed 2: FID and KID not paired: data d2 against d1",
     ]
+    # a mean over seeds measured in two spaces is marked; uniform's seeds were all measured alike
+    assert samplers.mixed_mark(results["adaptive"], "fid_final") == " (mixed)"
+    assert samplers.mixed_mark(results["adaptive"], "final_bpd") == " (mixed)"  # seed 2 read other data
+    assert samplers.mixed_mark(results["uniform"], "fid_final") == ""
+    assert samplers.mixed_mark(results["adaptive"][:1], "fid_final") == ""
     note = "\n".join(samplers.fingerprint_note(results))
     assert "- data: d1; d2." in note and "- FID feature network: n1; n2." in note
     assert "- adaptive seed 1 and uniform seed 1: FID and KID not paired: features n2 against n1." in note
@@ -514,13 +519,52 @@ def test_what_a_record_was_measured_with_is_read_from_its_files(tmp_path):
         fid=dict(fid=1.0, protocol=dict(fingerprint=dict(network="n1", reference="r1")), test_split=dict(fid=0.3)),
         fingerprints=dict(data=dict(train="e1", test="e2")),
     )
-    assert measured_with(str(tmp_path), ev) == dict(data="test e2/train e1", features="n1 (reference r1)", probe=0.3)
+    want = dict(data="test e2/train e1", features="n1 (reference r1)", periodic=None, probe=0.3)
+    assert measured_with(str(tmp_path), ev) == want
+    (tmp_path / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="e1", test="e2"))))
+    assert measured_with(str(tmp_path), ev)["data"] == "test e2/train e1"
+    # evaluated on other data than it trained on: both, in order
     (tmp_path / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="t1", test="t2"))))
-    assert measured_with(str(tmp_path), ev)["data"] == "test t2/train t1"
+    assert measured_with(str(tmp_path), ev)["data"] == "test t2/train t1 then test e2/train e1"
     (tmp_path / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="unknown", test="unknown"))))
     assert measured_with(str(tmp_path), ev)["data"] is None
+    ev["fid"]["protocol"]["fingerprint"]["decoder"] = "a1"  # a latent model's samples pass through a decoder
+    assert measured_with(str(tmp_path), ev)["features"] == "n1 (reference r1, decoder a1)"
     old = dict(fid=dict(fid=1.0, protocol=dict(features="digits classifier"), test_split=dict(fid=0.31973)))
-    assert measured_with(str(tmp_path / "none"), old) == dict(data=None, features=None, probe=0.31973)
+    assert measured_with(str(tmp_path / "none"), old) == dict(data=None, features=None, periodic=None, probe=0.31973)
+
+
+def test_a_run_resumed_with_other_data_keeps_each_attempts_hashes_and_pairs_only_with_the_same_history(
+    tmp_path, monkeypatch
+):
+    """fingerprints.json over two attempts that read different data: each attempt keeps its own data and periodic
+    network, the top level names what changed, and the table pairs the run with no run that read only the second
+    data; an XLA flag's path is recorded as <path>."""
+    import json
+
+    from benchmarks import samplers
+    from training.report import record_fingerprints
+
+    monkeypatch.setattr(samplers, "MIXED", {})
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/home/someone/dump --xla_cpu_enable_fast_math=false")
+    wd = str(tmp_path)
+    record_fingerprints(wd, 0, data=dict(train="a", test="b"))
+    record_fingerprints(wd, periodic_features=dict(network="n1", reference="r1"))
+    record_fingerprints(wd, 100, data=dict(train="c", test="b"))
+    record_fingerprints(wd, periodic_features=dict(network="n1", reference="r1"))
+    rec = json.load(open(tmp_path / "fingerprints.json"))
+    assert [(a["from_step"], a["data"]["train"]) for a in rec["attempts"]] == [(0, "a"), (100, "c")]
+    assert [a["periodic_features"]["network"] for a in rec["attempts"]] == ["n1", "n1"]
+    assert rec["changed"] == ["data"] and rec["data"] == dict(train="c", test="b")
+    assert rec["attempts"][0]["xla_flags"] == "--xla_dump_to=<path> --xla_cpu_enable_fast_math=false"
+    ev = dict(fid=dict(fid=1.0), fingerprints=dict(data=dict(train="c", test="b")))
+    fp = samplers.measured_with(wd, ev)
+    assert fp["data"] == "test b/train a then test b/train c" and fp["periodic"] == "n1 (reference r1)"
+    later = dict(final_bpd=4.0, fp=dict(data="test b/train c"))
+    assert samplers.unlike(dict(final_bpd=4.1, fp=fp), later, "final_bpd") == (
+        "data test b/train a then test b/train c against test b/train c"
+    )
+    assert samplers.unlike(dict(final_bpd=4.1, fp=fp), dict(final_bpd=4.0, fp=dict(fp)), "final_bpd") is None
 
 
 def test_the_recommended_likelihood_config_is_the_arm_its_table_measured(tmp_path):

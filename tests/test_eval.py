@@ -73,6 +73,7 @@ def test_eval_writes_the_bound_and_samples_with_their_protocol(tmp_path, finishe
     network = classifier.NETWORKS["digits"]
     assert rec["fid"]["feature_network"] == rec["fid"]["test_split"]["feature_network"] == network
     assert rec["fid"]["protocol"]["fingerprint"]["network"] == network
+    assert "decoder" not in rec["fid"]["protocol"]["fingerprint"]  # pixels: no first stage
     assert rec["fid"]["protocol"]["fingerprint"]["reference"] == digits["train"]
     assert rec["fid"]["protocol"]["weights"] == "committed: evaluation/weights/digits_classifier.npz"
     fid = rec["fid"]

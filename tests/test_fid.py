@@ -1,5 +1,7 @@
 """FID and KID against direct NumPy/SciPy computations and closed forms; the digits classifier's feature space."""
 
+import os
+
 import numpy as np
 import pytest
 import scipy.linalg
@@ -120,6 +122,20 @@ def test_a_committed_classifier_whose_contents_changed_is_refused(tmp_path, monk
     np.savez(tmp_path / "digits_classifier.npz", **stored)
     with pytest.raises(classifier.DamagedWeights, match=r"holds a network of content hash [0-9a-f]{16}, not the "):
         classifier.load_or_train(str(tmp_path / "cache"), "digits")
+
+
+def test_a_cached_classifier_is_keyed_by_what_its_training_is_deterministic_within(tmp_path, monkeypatch):
+    """Training reproduces a network only within one setting: the cache of a trained classifier is a different
+    file under other XLA flags (or versions, processor, training data), the same one under the same."""
+    from evaluation import classifier
+
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false")
+    a = classifier.cache_path(str(tmp_path), "digits")
+    assert classifier.cache_path(str(tmp_path), "digits") == a
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=false --xla_force_host_platform_device_count=2")
+    b = classifier.cache_path(str(tmp_path), "digits")
+    assert a != b and os.path.dirname(a) == os.path.dirname(b) == str(tmp_path)
+    assert classifier.cache_path(str(tmp_path), "mnist") not in (a, b)
 
 
 TRAIN_AND_HASH = """

@@ -3,6 +3,7 @@
 a tiny class-conditional DiT with the learned sampler trained on the latents through main.run, exact resume,
 samples decoded to pixels, and the bound labelled as latent."""
 
+import dataclasses
 import json
 import os
 import shutil
@@ -160,6 +161,17 @@ def test_a_latent_transformer_trains_resumes_exactly_samples_and_decodes(encoded
     assert run(latent_config(out, ae_dir, 2), resumed) == 0
     assert run(latent_config(out, ae_dir, 3), resumed) == 0
     setup = build(latent_config(out, ae_dir, 3))
+    # what its FID is measured with names the decoder its samples pass through, by the decoder's content
+    from types import SimpleNamespace
+
+    from evaluation.quality import measured_with
+
+    space = SimpleNamespace(fingerprint=dict(network="n1", reference="r1"))
+    assert measured_with(setup, space) == dict(network="n1", reference="r1", decoder=setup.decoder_fingerprint)
+    other = build(latent_config(out, ae_dir, 3))
+    ae = setup.autoencoder
+    other.__dict__["autoencoder"] = dataclasses.replace(ae, params=jax.tree.map(lambda w: w * 1.001, ae.params))
+    assert len(setup.decoder_fingerprint) == 16 and other.decoder_fingerprint != setup.decoder_fingerprint
     (s1, a), (s2, b) = restore_latest(setup, straight), restore_latest(setup, resumed)
     assert s1 == s2 == 3
     chex.assert_trees_all_equal(jax.device_get(a), jax.device_get(b))

@@ -147,6 +147,21 @@ def test_causal_transformer_sees_only_earlier_tokens():
     assert not np.allclose(a[0, 11:], b[0, 11:])
 
 
+def test_a_text_folder_moved_to_another_path_resumes_and_its_run_config_names_no_path(tmp_path):
+    """data.text_dir is where the corpus is on this machine, not what the run is (its splits' hashes say that):
+    run_config.json does not hold it and a resume from the folder's new place is not refused."""
+    from config.schema import switch_part
+    from training.checkpoint import check_run_identity
+
+    c = text_config()
+    switch_part(c, "data", "text_files")
+    c.data.text_dir = str(tmp_path / "here")
+    check_run_identity(c, str(tmp_path))
+    assert str(tmp_path / "here") not in (tmp_path / "run_config.json").read_text()
+    c.data.text_dir = str(tmp_path / "elsewhere")
+    check_run_identity(c, str(tmp_path))  # no error
+
+
 def test_a_text_workdir_from_before_rope_resumes_only_as_it_ran(tmp_path):
     """A text workdir written before model.positions existed ran with learned positions (the field's `absent`):
     today's default (rope) is refused with the field and both values, --config.model.positions=learned resumes."""

@@ -91,9 +91,12 @@ FINGERPRINTS = "fingerprints.json"
 
 
 def record_fingerprints(workdir: str, start_step: int = None, **fields):
-    """Update workdir/fingerprints.json: set `fields` (data: {split: hash}, features: {...}), and with start_step
-    append this attempt's environment (core.fingerprint.environment: code, versions, processor, ...), so that a
-    run resumed on another machine says where each part of it ran. Written atomically."""
+    """Update workdir/fingerprints.json: with start_step append this attempt's environment (core.fingerprint.
+    environment: code, versions, processor, ...), so that a run resumed on another machine says where each part of
+    it ran; `fields` (data: {split: hash}, periodic_features: {...}) are stored in the current attempt and at the top
+    level. A resumed attempt that reads other data or scores with another network than the attempts before it adds
+    the field's name to the top level's "changed": the run was not measured alike from start to end
+    (benchmarks/samplers.py does not pair it on what changed). Written atomically."""
     from core import fingerprint
 
     path = os.path.join(workdir, FINGERPRINTS)
@@ -101,10 +104,16 @@ def record_fingerprints(workdir: str, start_step: int = None, **fields):
     if os.path.exists(path):
         with open(path) as f:
             rec = json.load(f)
-    rec.update(fields)
+    attempts = rec.setdefault("attempts", [])
     if start_step is not None:
         root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        rec.setdefault("attempts", []).append(dict(from_step=int(start_step), **fingerprint.environment(root)))
+        attempts.append(dict(from_step=int(start_step), **fingerprint.environment(root)))
+    for name, value in fields.items():
+        if name in rec and rec[name] != value:
+            rec["changed"] = sorted(set(rec.get("changed", [])) | {name})
+        rec[name] = value
+        if attempts:
+            attempts[-1][name] = value
     with open(f"{path}.tmp", "w") as f:
         json.dump(rec, f, indent=2)
     os.replace(f"{path}.tmp", path)

@@ -96,6 +96,19 @@ class Setup:
         Loaded when first used (a compile-only run needs no weights)."""
         return make_first_stage(self.config)
 
+    @functools.cached_property
+    def decoder_fingerprint(self) -> str | None:
+        """The content hash of the first stage that decodes samples (its weights and latent scaling): part of what
+        a latent model's FID was measured with. None for pixels."""
+        from core import fingerprint
+
+        ae = self.autoencoder
+        if ae is None:
+            return None
+        return fingerprint.of_arrays(
+            *jax.tree.leaves(ae.params), np.float64(ae.scaling_factor), np.float64(ae.shift_factor)
+        )
+
     @property
     def latent(self) -> bool:
         """Whether the model is trained on a first stage's latents (data/latents.py)."""
