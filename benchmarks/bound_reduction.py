@@ -41,7 +41,7 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.samplers import literal, load_config, parse_runs  # noqa: E402
+from benchmarks.samplers import as_given, literal, load_config, measured_here, parse_runs  # noqa: E402
 
 EVAL_KEY = 0xB0D  # every bound of the benchmark is computed with this key: the same timesteps and noise
 REPLICATE_SEED = 1000  # replicate r draws its batches with data seed 1000 + r and its step keys from PRNGKey(1000 + r)
@@ -225,7 +225,8 @@ def main():
     with open(os.path.join(out, "bound_reduction.md"), "w") as f:
         f.write(md + "\n")
     with open(os.path.join(out, "bound_reduction.json"), "w") as f:
-        json.dump(dict(args=vars(args), seconds=seconds, results={str(k): v for k, v in results.items()}), f, indent=1)
+        record = dict(args=as_given(args), fingerprints=measured_here(c), seconds=seconds)
+        json.dump(dict(record, results={str(k): v for k, v in results.items()}), f, indent=1)
     print(md)
     print(f"\nWritten: {out}/bound_reduction.md, {out}/bound_reduction.json ({seconds:.0f} s)")
 

@@ -540,6 +540,28 @@ def history(rec: dict, field: str):
     return seen
 
 
+def measured_here(config) -> dict:
+    """What a benchmark's own measurement ran on, for its JSON: the content hashes of the config's data splits and
+    the environment (code revision, versions, processor, platform, XLA flags)."""
+    from core import fingerprint
+    from data import data_fingerprints
+
+    return dict(data=data_fingerprints(config.data), **fingerprint.environment(ROOT))
+
+
+def as_given(args) -> dict:
+    """A command's arguments for its JSON, with any absolute path written as <path> (a record names no path of the
+    machine that wrote it; a path relative to the repository stays)."""
+    from core import fingerprint
+
+    def given(v):
+        if isinstance(v, str):
+            return fingerprint.without_paths(v)
+        return [given(x) for x in v] if isinstance(v, (list, tuple)) else v
+
+    return {k: given(v) for k, v in vars(args).items()}
+
+
 def measured_with(wd, ev) -> dict:
     """What a finished run was measured with: data (the content hashes of the train and test splits it trained on,
     from fingerprints.json, and of those its final evaluation read, from the eval JSON, each different one named in

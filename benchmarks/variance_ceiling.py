@@ -77,7 +77,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.bound_reduction import restore_at  # noqa: E402
-from benchmarks.samplers import load_config, timed  # noqa: E402
+from benchmarks.samplers import as_given, load_config, measured_here, timed  # noqa: E402
 
 SCHEDULE = "adaptive_noise"
 KEY = 0x5EC0  # the grid's timesteps, noise and dropout masks: the same at every checkpoint
@@ -549,7 +549,8 @@ def main():
         strata_kind=kind,
         a=a.tolist(),
         batch=B,
-        args=vars(args),
+        args=as_given(args),
+        fingerprints=measured_here(base),
         checkpoints={},
     )
     t0 = time.perf_counter()

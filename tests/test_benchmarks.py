@@ -651,3 +651,21 @@ def test_a_text_table_drops_fid_shows_its_standard_errors_the_ar_line_beside_and
     assert rival[-1].startswith("- bell: Δ bits/dim +0.015 [") and rival[-1].endswith("higher in 2/2 seeds.")  # no FID
     kept = sp.keep_record(sp.workdir_of(str(out), "uniform", 0), str(tmp_path / "records"))
     assert os.path.exists(os.path.join(kept, "eval", "samples_0000500.txt"))
+
+
+def test_a_benchmarks_json_names_what_it_ran_on_and_no_path_of_the_machine():
+    """variance_ceiling.json and bound_reduction.json hold their arguments with absolute paths as <path> (relative
+    ones kept) and the data hashes and environment of the measurement."""
+    import argparse
+
+    from benchmarks.samplers import ROOT, as_given, measured_here
+    from conftest import tiny_config
+    from core import fingerprint
+    from data import data_fingerprints
+
+    args = argparse.Namespace(workdir="/home/a/run", out="workdirs/vc", k=20, set=["data.path=/data/x", "seed=1"])
+    assert as_given(args) == dict(workdir="<path>", out="workdirs/vc", k=20, set=["data.path=<path>", "seed=1"])
+    c = tiny_config()
+    here = measured_here(c)
+    assert here["data"] == data_fingerprints(c.data) and len(here["data"]["train"]) == 16
+    assert here["code"] == fingerprint.code_revision(ROOT) and here["processor"] == fingerprint.processor()
