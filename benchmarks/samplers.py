@@ -531,11 +531,11 @@ def hashes(data) -> str | None:
 
 
 def history(rec: dict, field: str):
-    """The values a fingerprints.json field took over the run's attempts, in order, each once (a run resumed with
-    other data or another network has several: report.record_fingerprints)."""
+    """The values a fingerprints.json field took over the run's attempts, in order, a repeat of the one before
+    merged (a run resumed with other data or another network has several: report.record_fingerprints)."""
     seen = []
     for v in [a[field] for a in rec.get("attempts", []) if field in a] or [rec.get(field)]:
-        if v is not None and v not in seen:
+        if v is not None and (not seen or v != seen[-1]):
             seen.append(v)
     return seen
 
@@ -562,6 +562,12 @@ def as_given(args) -> dict:
     return {k: given(v) for k, v in vars(args).items()}
 
 
+def network_name(fp: dict) -> str:
+    """An FID's feature space as a table names it: the network's hash, its reference's, a latent model's decoder's."""
+    decoder = f", decoder {fp['decoder']}" if fp.get("decoder") else ""
+    return f"{fp.get('network')} (reference {fp.get('reference')}{decoder})"
+
+
 def measured_with(wd, ev) -> dict:
     """What a finished run was measured with: data (the content hashes of the train and test splits it trained on,
     from fingerprints.json, and of those its final evaluation read, from the eval JSON, each different one named in
@@ -579,14 +585,10 @@ def measured_with(wd, ev) -> dict:
     final = hashes(ev.get("fingerprints", {}).get("data"))
     if final and (not data or data[-1] != final):
         data.append(final)
-    periodic = [f"{p['network']} (reference {p.get('reference')})" for p in history(rec, "periodic_features")]
+    periodic = [network_name(p) for p in history(rec, "periodic_features")]
     fid = ev.get("fid", {})
     fp = fid.get("protocol", {}).get("fingerprint") or {}
-    features = None
-    if fp.get("network"):
-        features = f"{fp['network']} (reference {fp['reference']}" + (
-            f", decoder {fp['decoder']})" if fp.get("decoder") else ")"
-        )
+    features = network_name(fp) if fp.get("network") else None
     return dict(
         data=None if None in data or not data else " then ".join(data),
         features=features,

@@ -87,7 +87,8 @@ def without_paths(text: str) -> str:
     that wrote it: --xla_dump_to=/home/..., an exception's file name)."""
     import re
 
-    return re.sub(r"(?<![\w.])(?:~|/)[^\s'\",:;)]*", "<path>", text)
+    quoted = re.sub(r"""(['"])(?:~|/)[^'"\n]*\1""", r"\1<path>\1", text)  # a quoted path may hold spaces
+    return re.sub(r"(?<![\w.:/<~])(?:~/|/)(?!/)[^\s'\",:;)]+", "<path>", quoted)  # not a URL's //, not 1/2
 
 
 def environment(root: str) -> dict:

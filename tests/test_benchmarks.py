@@ -565,6 +565,16 @@ def test_a_run_resumed_with_other_data_keeps_each_attempts_hashes_and_pairs_only
         "data test b/train a then test b/train c against test b/train c"
     )
     assert samplers.unlike(dict(final_bpd=4.1, fp=fp), dict(final_bpd=4.0, fp=dict(fp)), "final_bpd") is None
+    # back on the first data: three parts of history, not two
+    record_fingerprints(wd, 200, data=dict(train="a", test="b"))
+    again = samplers.measured_with(wd, dict(fid=dict(fid=1.0)))["data"]
+    assert again == "test b/train a then test b/train c then test b/train a"
+    # a file written before attempts held their own data: its top level is the earlier attempts' data
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="x"), attempts=[dict(from_step=0)])))
+    record_fingerprints(str(old), 500, data=dict(train="y"))
+    assert samplers.measured_with(str(old), dict(fid=dict(fid=1.0)))["data"] == "train x then train y"
 
 
 def test_the_recommended_likelihood_config_is_the_arm_its_table_measured(tmp_path):
@@ -665,6 +675,9 @@ def test_a_benchmarks_json_names_what_it_ran_on_and_no_path_of_the_machine():
 
     args = argparse.Namespace(workdir="/home/a/run", out="workdirs/vc", k=20, set=["data.path=/data/x", "seed=1"])
     assert as_given(args) == dict(workdir="<path>", out="workdirs/vc", k=20, set=["data.path=<path>", "seed=1"])
+    assert fingerprint.without_paths("No such file: '/data/my dir/x.npy' (~/y, 1/2 s/it, https://a.org/b)") == (
+        "No such file: '<path>' (<path>, 1/2 s/it, https://a.org/b)"
+    )
     c = tiny_config()
     here = measured_here(c)
     assert here["data"] == data_fingerprints(c.data) and len(here["data"]["train"]) == 16

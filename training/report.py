@@ -111,6 +111,8 @@ def record_fingerprints(workdir: str, start_step: int = None, **fields):
     for name, value in fields.items():
         if name in rec and rec[name] != value:
             rec["changed"] = sorted(set(rec.get("changed", [])) | {name})
+        for earlier in attempts[:-1] if name in rec else []:  # a file written before attempts held their own
+            earlier.setdefault(name, rec[name])
         rec[name] = value
         if attempts:
             attempts[-1][name] = value
