@@ -572,7 +572,8 @@ def measured_with(wd, ev) -> dict:
     """What a finished run was measured with: data (the content hashes of the train and test splits it trained on,
     from fingerprints.json, and of those its final evaluation read, from the eval JSON, each different one named in
     order: a run resumed or evaluated on other data is alike only to a run with the same history); features (its
-    final FID's feature network and reference, and for a latent model the decoder, from the eval JSON); periodic
+    final FID's feature network and reference, from the eval JSON); decoder (a latent model's, None before
+    2026-12-07's evening); periodic
     (the network of its periodic FID); each None in a record that predates fingerprints or whose data could not be
     hashed; probe: the test split's own FID against the same reference, which tells two feature networks apart where
     no hash says which (FID_PROBE_RTOL)."""
@@ -588,8 +589,9 @@ def measured_with(wd, ev) -> dict:
     periodic = [network_name(p) for p in history(rec, "periodic_features")]
     fid = ev.get("fid", {})
     fp = fid.get("protocol", {}).get("fingerprint") or {}
-    features = network_name(fp) if fp.get("network") else None
+    features = network_name(dict(fp, decoder=None)) if fp.get("network") else None
     return dict(
+        decoder=fp.get("decoder"),  # compared only where both runs name one: older records do not
         data=None if None in data or not data else " then ".join(data),
         features=features,
         periodic=" then ".join(periodic) if periodic else None,
@@ -640,7 +642,7 @@ def unlike(a: dict, b: dict, key: str) -> str | None:
     not refused on it (the table says it was not fingerprinted), but two FIDs whose test split probes differ were
     measured with two feature networks."""
     fa, fb = a.get("fp") or {}, b.get("fp") or {}
-    for what in ("data",) if key == "final_bpd" else ("data", "features"):
+    for what in ("data",) if key == "final_bpd" else ("data", "features", "decoder"):
         if fa.get(what) and fb.get(what) and fa[what] != fb[what]:
             return f"{what} {fa[what]} against {fb[what]}"
     if key != "final_bpd" and not (fa.get("features") and fb.get("features")):
@@ -689,6 +691,7 @@ def fingerprint_note(results) -> list:
     lines = ["", "Measured with (content hashes, core/fingerprint.py):"]
     has_fid = any(d.get("fid_final") is not None for d in ds)
     kinds = [("data", "data")] + [("features", "FID feature network")] * has_fid
+    kinds += [("decoder", "decoder of the samples")] * any(d.get("fp", {}).get("decoder") for d in ds)
     kinds += [("periodic", "periodic FID's network")] * any(d.get("fp", {}).get("periodic") for d in ds)
     for what, label in kinds:
         seen = sorted({d.get("fp", {}).get(what) for d in ds} - {None})

@@ -481,6 +481,11 @@ def test_runs_measured_with_different_feature_networks_or_data_are_not_paired(mo
     note = "\n".join(samplers.fingerprint_note(results))
     assert "- data: d1; d2." in note and "- FID feature network: n1; n2." in note
     assert "- adaptive seed 1 and uniform seed 1: FID and KID not paired: features n2 against n1." in note
+    # a latent model's decoder: two named decoders that differ are two metrics; a record without one pairs
+    dec = lambda d: dict(fid_final=1.0, fp=dict(fp(), decoder=d))
+    assert samplers.unlike(dec("a1"), dec("a2"), "fid_final") == "decoder a1 against a2"
+    assert samplers.unlike(dec("a1"), dec(None), "fid_final") is None
+    assert samplers.unlike(dec("a1"), dec("a2"), "final_bpd") is None
     monkeypatch.setattr(samplers, "ALLOW_MIXED", True)
     np.testing.assert_allclose(samplers.differences(results, "adaptive", "fid_final"), [-0.2, -0.3, -0.4])
     assert "paired anyway (--allow_mixed)" in capsys.readouterr().err
@@ -519,7 +524,7 @@ def test_what_a_record_was_measured_with_is_read_from_its_files(tmp_path):
         fid=dict(fid=1.0, protocol=dict(fingerprint=dict(network="n1", reference="r1")), test_split=dict(fid=0.3)),
         fingerprints=dict(data=dict(train="e1", test="e2")),
     )
-    want = dict(data="test e2/train e1", features="n1 (reference r1)", periodic=None, probe=0.3)
+    want = dict(data="test e2/train e1", features="n1 (reference r1)", decoder=None, periodic=None, probe=0.3)
     assert measured_with(str(tmp_path), ev) == want
     (tmp_path / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="e1", test="e2"))))
     assert measured_with(str(tmp_path), ev)["data"] == "test e2/train e1"
@@ -529,9 +534,10 @@ def test_what_a_record_was_measured_with_is_read_from_its_files(tmp_path):
     (tmp_path / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="unknown", test="unknown"))))
     assert measured_with(str(tmp_path), ev)["data"] is None
     ev["fid"]["protocol"]["fingerprint"]["decoder"] = "a1"  # a latent model's samples pass through a decoder
-    assert measured_with(str(tmp_path), ev)["features"] == "n1 (reference r1, decoder a1)"
+    assert measured_with(str(tmp_path), ev)["decoder"] == "a1"
     old = dict(fid=dict(fid=1.0, protocol=dict(features="digits classifier"), test_split=dict(fid=0.31973)))
-    assert measured_with(str(tmp_path / "none"), old) == dict(data=None, features=None, periodic=None, probe=0.31973)
+    none = dict(data=None, features=None, decoder=None, periodic=None, probe=0.31973)
+    assert measured_with(str(tmp_path / "none"), old) == none
 
 
 def test_a_run_resumed_with_other_data_keeps_each_attempts_hashes_and_pairs_only_with_the_same_history(
