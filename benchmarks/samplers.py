@@ -573,10 +573,9 @@ def measured_with(wd, ev) -> dict:
     from fingerprints.json, and of those its final evaluation read, from the eval JSON, each different one named in
     order: a run resumed or evaluated on other data is alike only to a run with the same history); features (its
     final FID's feature network and reference, from the eval JSON); decoder (a latent model's, None before
-    2026-12-07's evening); periodic
-    (the network of its periodic FID); each None in a record that predates fingerprints or whose data could not be
-    hashed; probe: the test split's own FID against the same reference, which tells two feature networks apart where
-    no hash says which (FID_PROBE_RTOL)."""
+    2026-12-07's evening); periodic (the network of its periodic FID); each None in a record that predates
+    fingerprints or whose data could not be hashed; probe: the test split's own FID against the same reference,
+    which tells two feature networks apart where no hash says which (FID_PROBE_RTOL)."""
     path = os.path.join(wd, "fingerprints.json")
     rec = {}
     if os.path.exists(path):

@@ -59,12 +59,12 @@ def sample_quality(setup, space, params, key, num, method, steps, guidance: floa
         feature_space=space.name,
         seconds=time.perf_counter() - t0,
         **space.protocol,
-        fingerprint=measured_with(setup, space),
+        fingerprint=fid_fingerprint(setup, space),
     )
     return scores, samples
 
 
-def measured_with(setup, space) -> dict:
+def fid_fingerprint(setup, space) -> dict:
     """The content hashes an FID of this setup is measured with: the feature network and its reference, and for a
     latent model the decoder its samples pass through (a different autoencoder is a different metric)."""
     decoder = setup.decoder_fingerprint if setup.latent else None

@@ -164,10 +164,10 @@ def test_a_latent_transformer_trains_resumes_exactly_samples_and_decodes(encoded
     # what its FID is measured with names the decoder its samples pass through, by the decoder's content
     from types import SimpleNamespace
 
-    from evaluation.quality import measured_with
+    from evaluation.quality import fid_fingerprint
 
     space = SimpleNamespace(fingerprint=dict(network="n1", reference="r1"))
-    assert measured_with(setup, space) == dict(network="n1", reference="r1", decoder=setup.decoder_fingerprint)
+    assert fid_fingerprint(setup, space) == dict(network="n1", reference="r1", decoder=setup.decoder_fingerprint)
     other = build(latent_config(out, ae_dir, 3))
     ae = setup.autoencoder
     other.__dict__["autoencoder"] = dataclasses.replace(ae, params=jax.tree.map(lambda w: w * 1.001, ae.params))
