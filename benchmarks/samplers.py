@@ -81,7 +81,8 @@ run uses the learned sampler, policy.png. Columns:
   seeds that reach it, with how many did ("-" when none). Resolution: --every steps.
 - steps to uniform's final FID (when the periodic evaluation scores FID, periodic/fid_N*): the same rule on the
   periodic FID (fewer samples than the final FID, so a noisier curve; a seed whose FID dips below the target once
-  counts as reaching it there).
+  counts as reaching it there), over the seeds whose periodic FID was measured with uniform's network (another
+  network's seeds are left out and named under the table; "mixed" where uniform's own seeds were not all alike).
 - train wall-clock: train_seconds at the last step, mean over seeds.
 - paired differences to uniform (runs other than uniform): the same seed gives every run the same initialisation of
   the diffusion model and the same data order, so per seed d = run - uniform; mean and a 95% interval over seeds
@@ -476,13 +477,16 @@ def load_curve(wd):
 
     rows = read_metrics(os.path.join(wd, "metrics.jsonl"))
     key = next(k for r in rows for k in r if k.startswith("periodic/bpd_T"))
-    fid_key = next((k for r in rows for k in r if k.startswith("periodic/fid_N")), None)
+    # periodic/fid_N250/<tag> since 2026-12-08 (evaluation.quality.fid_tag), periodic/fid_N250 before: the table
+    # names the column without the tag and compares curves by the periodic network in fingerprints.json
+    fid_of = lambda r: next((v for k, v in r.items() if k.startswith("periodic/fid_N")), np.nan)
+    fid_key = next(("/".join(k.split("/")[:2]) for r in rows for k in r if k.startswith("periodic/fid_N")), None)
     per = [r for r in rows if key in r]
     last = [r for r in rows if "train_seconds" in r][-1]
     return dict(
         steps=np.array([r["step"] for r in per]),
         bpd=np.array([r[key] for r in per]),
-        fid=np.array([r.get(fid_key, np.nan) for r in per]) if fid_key else None,
+        fid=np.array([fid_of(r) for r in per]) if fid_key else None,
         train_s=np.array([r["train_seconds"] for r in per]),
         total_s=last["train_seconds"],
         periodic_s=sum(r.get("periodic/seconds", 0.0) for r in per),
@@ -605,9 +609,47 @@ def reach(d, target, key="bpd"):
     return None if len(hit) == 0 else (int(d["steps"][hit[0]]), float(d["train_s"][hit[0]]))
 
 
+def left_out(what: str, verb: str, why: str) -> bool:
+    """Name a comparison of runs not measured alike, once (MIXED, and stderr when first met): "WHAT not VERB" or,
+    with ALLOW_MIXED, "WHAT VERB anyway (--allow_mixed)", then WHY (which starts with its separator); True when the
+    comparison is kept (ALLOW_MIXED)."""
+    line = f"{what} {f'{verb} anyway (--allow_mixed)' if ALLOW_MIXED else f'not {verb}'}{why}"
+    if line not in MIXED:
+        MIXED[line] = None
+        print(line, file=sys.stderr, flush=True)
+    return ALLOW_MIXED
+
+
+def curve_alike(ds, base, key="bpd", name="", base_name=""):
+    """The seeds of `ds` whose periodic `key` curve ("bpd": the data; "fid": the data and the periodic FID's
+    network) was measured as the baseline's seeds `base`, where the step to the baseline's final value is counted;
+    each one left out is named in MIXED (ALLOW_MIXED: kept, named). None when the baseline's own seeds differ (its
+    target would average two metrics). A record without a hash is not refused on it."""
+    fields = ("data",) if key == "bpd" else ("data", "periodic")
+    ref = {}
+    for f in fields:
+        seen = {d.get("fp", {}).get(f) for d in base} - {None}
+        if len(seen) > 1:
+            return None
+        ref[f] = next(iter(seen), None)
+    out = []
+    for i, d in enumerate(ds):
+        why = next((f"{f} {d['fp'][f]} against {ref[f]}" for f in fields if d.get("fp", {}).get(f) and ref[f]
+                    and d["fp"][f] != ref[f]), None)  # fmt: skip
+        if why:
+            what = f"its periodic {'bound' if key == 'bpd' else 'FID'} curve"
+            if not left_out(f"{name} seed {d.get('seed', i)}: {what}", "compared", f" with {base_name}'s: {why}"):
+                continue
+        out.append(d)
+    return out
+
+
 def steps_to(ds, target, key="bpd"):
     """Two table cells for one run's seeds: the mean step at which `key` first reaches target, with how many seeds
-    reached it ("- (0/n)" when none did), and the mean training seconds to it ("-" when none did)."""
+    reached it ("- (0/n)" when none did), and the mean training seconds to it ("-" when none did); "mixed" when the
+    target averages seeds not measured alike (ds None: curve_alike)."""
+    if ds is None:
+        return "mixed", "mixed"
     ok = [h for h in (reach(d, target, key) for d in ds) if h]
     if not ok:
         return f"- (0/{len(ds)})", "-"
@@ -668,16 +710,10 @@ def differences(results, name, key, base=None):
             continue
         why = unlike(d, u, key)
         if why:
-            seed = d.get("seed", i)
-            line = (
-                f"{name} seed {seed} and {base} seed {u.get('seed', i)}: "
-                f"{'bits/dim' if key == 'final_bpd' else 'FID and KID'} "
-                f"{'paired anyway (--allow_mixed)' if ALLOW_MIXED else 'not paired'}: {why}"
+            what = f"{name} seed {d.get('seed', i)} and {base} seed {u.get('seed', i)}: " + (
+                "bits/dim" if key == "final_bpd" else "FID and KID"
             )
-            if line not in MIXED:
-                MIXED[line] = None
-                print(line, file=sys.stderr, flush=True)
-            if not ALLOW_MIXED:
+            if not left_out(what, "paired", f": {why}"):
                 continue
         out.append(d[key] - u[key])
     return np.array(out, np.float64)
@@ -857,9 +893,9 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
     rows = []
     for name, _, _ in runs:
         ds = results[name]
-        reached, wall = steps_to(ds, target)
+        reached, wall = steps_to(curve_alike(ds, results[BASE], "bpd", name, BASE), target)
         if fid_key:
-            wall += f" | {steps_to(ds, fid_target, 'fid')[0]}"
+            wall += f" | {steps_to(curve_alike(ds, results[BASE], 'fid', name, BASE), fid_target, 'fid')[0]}"
         rows.append(
             f"| {name} | {ms([d['final_bpd'] for d in ds], '{:.3f}')}{mixed_mark(ds, 'final_bpd')} | "
             f"{ms([d['fid_final'] for d in ds], '{:.3f}')}{mixed_mark(ds, 'fid_final')} | "

@@ -8,6 +8,7 @@ outside git).
 """
 
 import hashlib
+import json
 import os
 import platform
 import subprocess
@@ -42,6 +43,11 @@ def of_file(path: str) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()[:DIGITS]
+
+
+def of_fields(fields: dict) -> str:
+    """The hash of a JSON-able dict's contents (keys in sorted order: the same fields give the same hash)."""
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()[:DIGITS]
 
 
 def code_revision(root: str) -> str:
@@ -93,8 +99,13 @@ def without_paths(text: str) -> str:
 
 def environment(root: str) -> dict:
     """What ran a computation: code revision, library versions, processor, platform and the XLA flags."""
+    return dict(code=code_revision(root), **machine())
+
+
+def machine() -> dict:
+    """environment() less the code revision (no git call): library versions, processor, platform, XLA flags and
+    the host's malloc setting."""
     return dict(
-        code=code_revision(root),
         versions=versions(),
         processor=processor(),
         platform=f"{platform.system()} {platform.machine()}, Python {platform.python_version()}",

@@ -23,7 +23,6 @@ from data import DATASETS, BatchIterator, check_splits, data_fingerprints, load_
 from diffusion.base import Sampling
 from diffusion.generate import generate
 from evaluation.periodic import PeriodicEval
-from evaluation.quality import fid_fingerprint
 from training import aot, report
 from training import checkpoint as ckpt
 from training.lock import hold
@@ -183,7 +182,7 @@ class Loop:
                 space = self.periodic.space
                 if space is not None:
                     report.record_fingerprints(
-                        self.workdir, periodic_features=dict(space=space.name, **fid_fingerprint(self.setup, space))
+                        self.workdir, periodic_features=dict(space=space.name, **self.periodic.fingerprint)
                     )
         return self.periodic
 

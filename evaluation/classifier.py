@@ -74,7 +74,7 @@ def cache_path(cache_dir: str, dataset: str = "digits") -> str:
     from core import fingerprint
 
     (xtr, ytr), _ = dataset_arrays(dataset)
-    env = fingerprint.environment(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = fingerprint.machine()
     key = dict(
         recipe=RECIPES[dataset],
         data=fingerprint.of_arrays(xtr, ytr),

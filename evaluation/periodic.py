@@ -10,12 +10,14 @@ import jax
 from data import DATASETS
 from diffusion.base import Likelihood
 from evaluation.bound import bound_bpd, test_data
-from evaluation.quality import feature_space, sample_quality
+from evaluation.quality import feature_space, fid_fingerprint, fid_tag, sample_quality
 
 
 class PeriodicEval:
     """Every config.eval.periodic.every steps: scalars for metrics.jsonl / TensorBoard, named with their protocol:
-    periodic/bpd_T{K} (the stratified bound estimate over K timesteps), periodic/fid_N{N}, periodic/kid_N{N}."""
+    periodic/bpd_T{K} (the stratified bound estimate over K timesteps), periodic/fid_N{N}/{tag} and
+    periodic/kid_N{N}/{tag} (tag: evaluation.quality.fid_tag of the feature network, its reference and a latent
+    model's decoder: a run scored with another network logs another metric)."""
 
     KEY = 0x9E71  # fixed, not config.seed: every run is evaluated on the same noise and sample seeds
 
@@ -26,6 +28,8 @@ class PeriodicEval:
         self.split = getattr(DATASETS[c.data.name], "periodic_split", "test")
         self.images, self.labels = test_data(setup, self.p.nll_images, self.split)
         self.space = feature_space(setup)[0]
+        self.fingerprint = None if self.space is None else fid_fingerprint(setup, self.space)
+        self.tag = None if self.space is None else fid_tag(self.fingerprint)
         self.bound = isinstance(setup.process, Likelihood)  # else FID alone (a process may offer either)
         self.key = jax.random.PRNGKey(self.KEY)
         self.prefix = "periodic/"
@@ -39,9 +43,11 @@ class PeriodicEval:
             f"{len(self.images)} {'test images' if self.split == 'test' else self.split + ' examples'}",
             fid=None
             if self.space is None
-            else f"fid_N{p.num_samples} / kid_N{p.num_samples}: {p.num_samples} samples ({p.method}"
-            f"{f', {p.steps} steps' if self.setup.process.uses_steps(p.method) else ''}) in the "
-            f"{self.space.name} space",
+            else f"fid_N{p.num_samples}/{self.tag} / kid_N{p.num_samples}/{self.tag}: {p.num_samples} samples "
+            f"({p.method}{f', {p.steps} steps' if self.setup.process.uses_steps(p.method) else ''}) in the "
+            f"{self.space.name} space; {self.tag}: the hash of the feature network {self.fingerprint['network']}, "
+            f"its reference {self.fingerprint['reference']}"
+            + (f" and the decoder {self.fingerprint['decoder']}" if "decoder" in self.fingerprint else ""),
             parameters="EMA",
             note="cheap estimates for convergence curves, not --mode=eval numbers",
         )
@@ -63,8 +69,8 @@ class PeriodicEval:
                 p.steps,
                 self.setup.config.eval.fid.guidance_scale,
             )
-            out[f"{self.prefix}fid_N{p.num_samples}"] = scores["fid"]
+            out[f"{self.prefix}fid_N{p.num_samples}/{self.tag}"] = scores["fid"]
             if "kid" in scores:
-                out[f"{self.prefix}kid_N{p.num_samples}"] = scores["kid"]
+                out[f"{self.prefix}kid_N{p.num_samples}/{self.tag}"] = scores["kid"]
         out[f"{self.prefix}seconds"] = time.perf_counter() - t0
         return out

@@ -6,7 +6,7 @@ import time
 import jax
 import numpy as np
 
-from core import progress
+from core import fingerprint, progress
 from diffusion.base import Sampling
 from diffusion.generate import generate
 from evaluation.features import fid_unavailable_reason, make_feature_space
@@ -69,3 +69,13 @@ def fid_fingerprint(setup, space) -> dict:
     latent model the decoder its samples pass through (a different autoencoder is a different metric)."""
     decoder = setup.decoder_fingerprint if setup.latent else None
     return dict(space.fingerprint, **({"decoder": decoder} if decoder else {}))
+
+
+TAG_DIGITS = 8  # hex digits of fid_tag: 32 bits, enough to tell the few feature spaces of a project apart
+
+
+def fid_tag(fp: dict) -> str:
+    """The short name of an FID's measure (fid_fingerprint: the feature network, its reference, a latent model's
+    decoder) that the periodic evaluation puts in its metrics' names (periodic/fid_N250/<tag>): an FID measured
+    another way is another metric, also where a log is read without fingerprints.json."""
+    return fingerprint.of_fields(fp)[:TAG_DIGITS]

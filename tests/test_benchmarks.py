@@ -1,6 +1,7 @@
 """The benchmarks' own arithmetic (no training): the convergence horizon, the paired intervals, their power and
 the seeds a table needs, and the learned policy's summary."""
 
+import json
 import os
 
 import numpy as np
@@ -150,7 +151,6 @@ def test_paired_cell_has_interval_and_mdd():
 
 
 def test_size_from_reads_a_pilot(tmp_path, capsys):
-    import json
 
     from benchmarks.samplers import sizing
 
@@ -219,7 +219,6 @@ def test_bad_bound_strata_stop_the_benchmark_before_anything_runs(tmp_path):
 
 
 def _metrics(path, steps, densities, spreads):
-    import json
 
     with open(path, "w") as f:
         f.write(json.dumps({"step": 0, "loss": 1.0}) + "\n")  # a record without the policy
@@ -308,7 +307,6 @@ def test_a_killed_invocations_wall_clock_is_kept_and_a_resumed_one_adds_to_it(tm
     """samplers.timed records while the command runs: SIGKILL the benchmark process itself (nothing of it runs after)
     during a long command, and the time until the last record is in bench_seconds.json; a second invocation adds
     its own and keeps the other keys. The commands are real child processes."""
-    import json
     import signal
     import subprocess
     import sys
@@ -347,7 +345,6 @@ def test_records_carry_finished_runs_to_a_new_machine_and_never_overwrite_a_work
     fresh OUT (a clean clone on another machine), puts it back so that run_one skips the run and sizing reads it; a
     workdir already in OUT (a partial run) is not touched, and an unfinished record is not restored."""
     import argparse
-    import json
 
     from benchmarks.samplers import finished_runs, keep_record, restore_records, run_one
 
@@ -411,7 +408,6 @@ def test_after_a_failed_run_no_other_run_starts(tmp_path):
 def test_compute_note_gives_the_evaluation_share_of_hand_made_runs(tmp_path):
     """The final evaluation (bench_seconds' eval) and the periodic ones (periodic/seconds in metrics.jsonl) as shares
     of the runs' summed wall-clock: 200 s and 100 s of 1,000 s."""
-    import json
 
     from benchmarks.samplers import compute_note, load
 
@@ -491,6 +487,46 @@ def test_runs_measured_with_different_feature_networks_or_data_are_not_paired(mo
     assert "paired anyway (--allow_mixed)" in capsys.readouterr().err
 
 
+def test_steps_to_the_baseline_s_final_value_count_only_curves_measured_alike(monkeypatch, capsys, tmp_path):
+    """Steps to uniform's final periodic FID count only the seeds whose periodic FID was measured with uniform's
+    network (and bound curves only those on uniform's data), each seed left out named; "mixed" when uniform's own
+    seeds differ. A log written across the metric's renaming (periodic/fid_N250, then periodic/fid_N250/<tag>)
+    reads as one curve."""
+    from benchmarks import samplers
+
+    monkeypatch.setattr(samplers, "MIXED", {})
+    steps = np.array([100, 200, 300])
+
+    def run(seed, fid, periodic="p1", data="d1"):
+        fp = dict(data=data, periodic=periodic)
+        return dict(seed=seed, steps=steps, fid=np.array(fid), bpd=np.array(fid), train_s=steps / 10.0, fp=fp)
+
+    base = [run(0, [3.0, 2.0, 1.0]), run(1, [3.0, 2.0, 1.0])]  # target 1.0, reached at step 300
+    arm = [run(0, [2.0, 1.0, 0.5]), run(1, [0.9, 0.8, 0.7], periodic="p2"), run(2, [2.0, 0.9, 0.5], periodic=None)]
+    kept = samplers.curve_alike(arm, base, "fid", "arm", "uniform")
+    assert [d["seed"] for d in kept] == [0, 2]  # seed 1's network differs; seed 2 has no hash: not refused
+    assert samplers.steps_to(kept, 1.0, "fid") == ("200 (2/2)", "20")
+    assert capsys.readouterr().err.splitlines() == [
+        "arm seed 1: its periodic FID curve not compared with uniform's: periodic p2 against p1"
+    ]
+    assert len(samplers.curve_alike(arm, base, "bpd", "arm", "uniform")) == 3  # the bound does not use the network
+    other_data = [run(0, [2.0, 1.0, 0.5], data="d2")]
+    assert samplers.curve_alike(other_data, base, "bpd", "arm", "uniform") == []
+    mixed_base = [run(0, [3.0, 2.0, 1.0]), run(1, [3.0, 2.0, 1.0], periodic="p2")]
+    assert samplers.steps_to(samplers.curve_alike(arm, mixed_base, "fid"), 1.0, "fid") == ("mixed", "mixed")
+
+    wd = tmp_path / "run"
+    wd.mkdir()
+    rows = [
+        {"step": 100, "periodic/bpd_T8": 5.0, "periodic/fid_N16": 3.0, "train_seconds": 1.0},
+        {"step": 200, "periodic/bpd_T8": 4.0, "periodic/fid_N16/0a1b2c3d": 2.0, "train_seconds": 2.0},
+    ]
+    (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    curve = samplers.load_curve(str(wd))
+    assert curve["fid_key"] == "periodic/fid_N16"
+    np.testing.assert_array_equal(curve["fid"], [3.0, 2.0])
+
+
 def test_records_without_fingerprints_pair_unless_their_test_split_fids_tell_two_networks_apart(monkeypatch):
     """Records that predate fingerprints: a pair is kept (the note says they were not fingerprinted) unless the test
     split's own FID, a function of the feature network, differs beyond FID_PROBE_RTOL (0.05467 against 0.05748:
@@ -516,7 +552,6 @@ def test_what_a_record_was_measured_with_is_read_from_its_files(tmp_path):
     """measured_with: the data hashes from fingerprints.json (else the eval JSON's), the feature network and
     reference from the eval JSON, the test split's FID as the probe; a split that could not be hashed, or a record
     without fingerprints, gives None (not fingerprinted) rather than a value that would refuse every pair."""
-    import json
 
     from benchmarks.samplers import measured_with
 
@@ -546,7 +581,6 @@ def test_a_run_resumed_with_other_data_keeps_each_attempts_hashes_and_pairs_only
     """fingerprints.json over two attempts that read different data: each attempt keeps its own data and periodic
     network, the top level names what changed, and the table pairs the run with no run that read only the second
     data; an XLA flag's path is recorded as <path>."""
-    import json
 
     from benchmarks import samplers
     from training.report import record_fingerprints
@@ -607,7 +641,6 @@ def test_a_text_table_drops_fid_shows_its_standard_errors_the_ar_line_beside_and
     estimates' standard errors, --beside pairs another benchmark's runs (the AR baseline) with uniform seed by seed
     (hand-computed differences, a seed measured on other data left out), and each run's first text samples follow;
     the samples file is part of a run's record."""
-    import json
 
     import benchmarks.samplers as sp
 

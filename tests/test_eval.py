@@ -181,16 +181,21 @@ def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_pat
     rows = [json.loads(line) for line in open(wd / "metrics.jsonl")]
     per = [row for row in rows if "periodic/bpd_T6" in row]
     assert [row["step"] for row in per] == [2, 4]
-    assert all({"periodic/fid_N16", "periodic/kid_N16", "periodic/seconds", "train_seconds"} <= set(row) for row in per)
-    train_s = [row["train_seconds"] for row in rows if "loss" in row]
-    assert len(train_s) == 2 and 0 < train_s[0] < train_s[1]
-    protocol = json.load(open(wd / "eval" / "periodic_protocol.json"))
-    assert "16 test images" in protocol["nll"] and "16 samples (ddim, 3 steps)" in protocol["fid"]
     from evaluation.classifier import NETWORKS
+    from evaluation.quality import fid_tag
 
     measured = json.load(open(wd / "fingerprints.json"))
     assert measured["periodic_features"]["space"] == "digits_classifier"
     assert measured["periodic_features"]["network"] == NETWORKS["digits"]
+    # the FID's name says what it was measured with: the tag of the fingerprint recorded beside it
+    tag = fid_tag({k: v for k, v in measured["periodic_features"].items() if k != "space"})
+    fid, kid = f"periodic/fid_N16/{tag}", f"periodic/kid_N16/{tag}"
+    assert all({fid, kid, "periodic/seconds", "train_seconds"} <= set(row) for row in per)
+    train_s = [row["train_seconds"] for row in rows if "loss" in row]
+    assert len(train_s) == 2 and 0 < train_s[0] < train_s[1]
+    protocol = json.load(open(wd / "eval" / "periodic_protocol.json"))
+    assert "16 test images" in protocol["nll"] and "16 samples (ddim, 3 steps)" in protocol["fid"]
+    assert protocol["fid"].startswith(f"fid_N16/{tag} / kid_N16/{tag}: ") and NETWORKS["digits"] in protocol["fid"]
     # the step-4 numbers again, here, from the checkpoint's EMA parameters with the documented fixed keys
     c = tiny_config(**PERIODIC)
     setup = build(c)
@@ -201,7 +206,7 @@ def test_periodic_eval_is_logged_labelled_and_equals_a_direct_evaluation(tmp_pat
     samples = generate(setup, ema, jax.random.fold_in(key, 1), 16, "ddim", 3)
     scores = make_feature_space(c).score(samples, c.eval.fid.kid_subsets, c.eval.fid.kid_subset_size)
     np.testing.assert_allclose(
-        [per[1]["periodic/bpd_T6"], per[1]["periodic/fid_N16"], per[1]["periodic/kid_N16"]],
+        [per[1]["periodic/bpd_T6"], per[1][fid], per[1][kid]],
         [bpd, scores["fid"], scores["kid"]],
         rtol=1e-5,
     )

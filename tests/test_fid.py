@@ -109,6 +109,22 @@ def test_the_committed_digits_classifier_has_its_hash_and_separates_noise():
     assert fid_test < 0.1 * fid_noise
 
 
+def test_a_periodic_fid_measured_another_way_is_another_metric_name():
+    """The tag in periodic/fid_N{N}/{tag} is the first 8 hex digits of the SHA-256 of the FID fingerprint's JSON with
+    sorted keys: the same fields in any order give one name; another network, reference or decoder another."""
+    import hashlib
+    import json
+
+    from evaluation.classifier import NETWORKS
+    from evaluation.quality import fid_tag
+
+    fp = dict(network=NETWORKS["digits"], reference="r1", reference_stats="s1")
+    want = hashlib.sha256(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:8]
+    assert fid_tag(fp) == want and fid_tag(dict(reversed(fp.items()))) == want and len(want) == 8
+    others = [dict(fp, network=NETWORKS["mnist"]), dict(fp, reference="r2"), dict(fp, decoder="a1")]
+    assert len({want, *map(fid_tag, others)}) == 4
+
+
 def test_a_committed_classifier_whose_contents_changed_is_refused(tmp_path, monkeypatch):
     import shutil
 
