@@ -534,11 +534,13 @@ def hashes(data) -> str | None:
     return "/".join(f"{k} {v}" for k, v in sorted(data.items()))
 
 
-def history(rec: dict, field: str):
-    """The values a fingerprints.json field took over the run's attempts, in order, a repeat of the one before
-    merged (a run resumed with other data or another network has several: report.record_fingerprints)."""
+def history(rec: dict, field: str, view=lambda v: v):
+    """The values a fingerprints.json field took over the run's attempts (each seen through `view`), in order, a
+    repeat of the one before merged (a run resumed with other data or another network has several:
+    report.record_fingerprints)."""
     seen = []
     for v in [a[field] for a in rec.get("attempts", []) if field in a] or [rec.get(field)]:
+        v = None if v is None else view(v)
         if v is not None and (not seen or v != seen[-1]):
             seen.append(v)
     return seen
@@ -577,7 +579,7 @@ def measured_with(wd, ev) -> dict:
     from fingerprints.json, and of those its final evaluation read, from the eval JSON, each different one named in
     order: a run resumed or evaluated on other data is alike only to a run with the same history); features (its
     final FID's feature network and reference, from the eval JSON); decoder (a latent model's, None before
-    2026-12-07's evening); periodic (the network of its periodic FID); each None in a record that predates
+    2026-12-07's evening); periodic (the network and reference of its periodic FID); each None in a record that predates
     fingerprints or whose data could not be hashed; probe: the test split's own FID against the same reference,
     which tells two feature networks apart where no hash says which (FID_PROBE_RTOL)."""
     path = os.path.join(wd, "fingerprints.json")
@@ -589,7 +591,9 @@ def measured_with(wd, ev) -> dict:
     final = hashes(ev.get("fingerprints", {}).get("data"))
     if final and (not data or data[-1] != final):
         data.append(final)
-    periodic = [network_name(p) for p in history(rec, "periodic_features")]
+    # the periodic FID's network and reference; its decoder is the final FID's (compared as `decoder`), which an
+    # attempt before 2026-12-07's evening did not name: a run resumed across that change is one network, not two
+    periodic = history(rec, "periodic_features", lambda p: network_name(dict(p, decoder=None)))
     fid = ev.get("fid", {})
     fp = fid.get("protocol", {}).get("fingerprint") or {}
     features = network_name(dict(fp, decoder=None)) if fp.get("network") else None
@@ -621,11 +625,11 @@ def left_out(what: str, verb: str, why: str) -> bool:
 
 
 def curve_alike(ds, base, key="bpd", name="", base_name=""):
-    """The seeds of `ds` whose periodic `key` curve ("bpd": the data; "fid": the data and the periodic FID's
-    network) was measured as the baseline's seeds `base`, where the step to the baseline's final value is counted;
-    each one left out is named in MIXED (ALLOW_MIXED: kept, named). None when the baseline's own seeds differ (its
-    target would average two metrics). A record without a hash is not refused on it."""
-    fields = ("data",) if key == "bpd" else ("data", "periodic")
+    """The seeds of `ds` whose periodic `key` curve ("bpd": the data; "fid": the data, the periodic FID's network
+    and a latent model's decoder) was measured as the baseline's seeds `base`, where the step to the baseline's final
+    value is counted; each one left out is named in MIXED (ALLOW_MIXED: kept, named). None when the baseline's own
+    seeds differ (its target would average two metrics). A record without a hash is not refused on it."""
+    fields = ("data",) if key == "bpd" else ("data", "periodic", "decoder")
     ref = {}
     for f in fields:
         seen = {d.get("fp", {}).get(f) for d in base} - {None}

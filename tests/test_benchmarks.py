@@ -512,6 +512,10 @@ def test_steps_to_the_baseline_s_final_value_count_only_curves_measured_alike(mo
     assert len(samplers.curve_alike(arm, base, "bpd", "arm", "uniform")) == 3  # the bound does not use the network
     other_data = [run(0, [2.0, 1.0, 0.5], data="d2")]
     assert samplers.curve_alike(other_data, base, "bpd", "arm", "uniform") == []
+    decoded = [dict(d, fp=dict(d["fp"], decoder=dec)) for d, dec in zip(base, ("a1", None))]
+    other_decoder = [dict(arm[0], fp=dict(arm[0]["fp"], decoder="a2"))]
+    assert samplers.curve_alike(other_decoder, decoded, "fid") == []  # a latent model's decoder: another metric
+    assert len(samplers.curve_alike(arm[:1], decoded, "fid")) == 1  # a record naming none is not refused
     mixed_base = [run(0, [3.0, 2.0, 1.0]), run(1, [3.0, 2.0, 1.0], periodic="p2")]
     assert samplers.steps_to(samplers.curve_alike(arm, mixed_base, "fid"), 1.0, "fid") == ("mixed", "mixed")
 
@@ -615,6 +619,17 @@ def test_a_run_resumed_with_other_data_keeps_each_attempts_hashes_and_pairs_only
     (old / "fingerprints.json").write_text(json.dumps(dict(data=dict(train="x"), attempts=[dict(from_step=0)])))
     record_fingerprints(str(old), 500, data=dict(train="y"))
     assert samplers.measured_with(str(old), dict(fid=dict(fid=1.0)))["data"] == "train x then train y"
+    # a latent run resumed across the day its periodic network began to name the decoder: one network, not two
+    # (benchmarks/records/latent56c/adaptive_noise+likelihood_seed8); the decoder is compared as the final FID's
+    lat = tmp_path / "latent"
+    lat.mkdir()
+    record_fingerprints(str(lat), 0, periodic_features=dict(network="n1", reference="r1"))
+    record_fingerprints(str(lat), 2001, periodic_features=dict(network="n1", reference="r1", decoder="a1"))
+    assert samplers.measured_with(str(lat), dict(fid=dict(fid=1.0)))["periodic"] == "n1 (reference r1)"
+    record_fingerprints(str(lat), 2500, periodic_features=dict(network="n2", reference="r1", decoder="a1"))
+    assert samplers.measured_with(str(lat), dict(fid=dict(fid=1.0)))["periodic"] == (
+        "n1 (reference r1) then n2 (reference r1)"
+    )
 
 
 def test_the_recommended_likelihood_config_is_the_arm_its_table_measured(tmp_path):
