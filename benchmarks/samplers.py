@@ -78,7 +78,8 @@ run uses the learned sampler, policy.png. Columns:
 - steps / wall-clock to uniform's final bits/dim: the target is the mean over uniform's seeds of the periodic bound
   estimate (periodic/bpd_T*, the same noise and timesteps for every run and step) at the last step; for each seed the
   first periodic evaluation at or below it, and its train_seconds (training wall-clock without evaluation); mean over
-  seeds that reach it, with how many did ("-" when none). Resolution: --every steps.
+  seeds that reach it, with how many did ("-" when none), over the seeds on uniform's data (another data's seeds
+  are left out, counted in the cell and named under the table). Resolution: --every steps.
 - steps to uniform's final FID (when the periodic evaluation scores FID, periodic/fid_N*): the same rule on the
   periodic FID (fewer samples than the final FID, so a noisier curve; a seed whose FID dips below the target once
   counts as reaching it there), over the seeds whose periodic FID was measured with uniform's network (another
@@ -479,8 +480,14 @@ def load_curve(wd):
     key = next(k for r in rows for k in r if k.startswith("periodic/bpd_T"))
     # periodic/fid_N250/<tag> since 2026-12-08 (evaluation.quality.fid_tag), periodic/fid_N250 before: the table
     # names the column without the tag and compares curves by the periodic network in fingerprints.json
-    fid_of = lambda r: next((v for k, v in r.items() if k.startswith("periodic/fid_N")), np.nan)
     fid_key = next(("/".join(k.split("/")[:2]) for r in rows for k in r if k.startswith("periodic/fid_N")), None)
+    named = lambda r: [k for k in r if k == fid_key or k.startswith(f"{fid_key}/")]  # this N's, tagged or not
+    fid_of = lambda r: next((r[k] for k in named(r)), np.nan)
+    tags = []  # the tags its FID was logged with, in order: more than one, a curve of two metrics (curve_alike)
+    for r in rows:
+        for k in named(r):
+            if k != fid_key and (not tags or tags[-1] != k.split("/")[2]):
+                tags.append(k.split("/")[2])
     per = [r for r in rows if key in r]
     last = [r for r in rows if "train_seconds" in r][-1]
     return dict(
@@ -492,6 +499,7 @@ def load_curve(wd):
         periodic_s=sum(r.get("periodic/seconds", 0.0) for r in per),
         bpd_key=key,
         fid_key=fid_key,
+        fid_tags=tags,
     )
 
 
@@ -624,40 +632,71 @@ def left_out(what: str, verb: str, why: str) -> bool:
     return ALLOW_MIXED
 
 
+def curve_field(d, f):
+    """What a run's periodic curve was measured with, one field: "tags" (the FID tags its log's names carry, in
+    order: load_curve), else its record's fingerprint field (measured_with); None where it says nothing."""
+    if f == "tags":
+        return " then ".join(d.get("fid_tags") or []) or None
+    return (d.get("fp") or {}).get(f)
+
+
 def curve_alike(ds, base, key="bpd", name="", base_name=""):
     """The seeds of `ds` whose periodic `key` curve ("bpd": the data; "fid": the data, the periodic FID's network
-    and a latent model's decoder) was measured as the baseline's seeds `base`, where the step to the baseline's final
-    value is counted; each one left out is named in MIXED (ALLOW_MIXED: kept, named). None when the baseline's own
-    seeds differ (its target would average two metrics). A record without a hash is not refused on it."""
-    fields = ("data",) if key == "bpd" else ("data", "periodic", "decoder")
+    and the tag its log names it with, a latent model's decoder, and for a record without a periodic hash the test
+    split's FID probe, as unlike) was measured as the baseline's seeds `base`: those where the step to the baseline's
+    final value is counted and the curves drawn. Each one left out is named in MIXED (ALLOW_MIXED: kept, named). None
+    when the baseline's own seeds differ (its target would average two metrics; named too). A record without a hash
+    is not refused on it."""
+    fields = ("data",) if key == "bpd" else ("data", "periodic", "tags", "decoder")
+    what = f"periodic {'bound' if key == 'bpd' else 'FID'} curve"
     ref = {}
     for f in fields:
-        seen = {d.get("fp", {}).get(f) for d in base} - {None}
-        if len(seen) > 1:
+        seen = sorted({curve_field(d, f) for d in base} - {None})
+        if len(seen) > 1 and not left_out(f"{base_name}'s {what}s", "averaged", f": {f} {'; '.join(seen)}"):
             return None
-        ref[f] = next(iter(seen), None)
+        ref[f] = seen[0] if len(seen) == 1 else None
+    probes = [p for d in base if (p := curve_field(d, "probe")) is not None] if key == "fid" else []
+    base_probe = probes[0] if probes else None
+    if probes and np.ptp(probes) > FID_PROBE_RTOL * max(map(abs, probes)):  # two networks among the baseline's
+        if not ref["periodic"] and not left_out(
+            f"{base_name}'s {what}s", "averaged", f": the test split's FID {min(probes):.5f} to {max(probes):.5f}"
+        ):
+            return None
+        base_probe = None
+
+    def why(d):
+        for f in fields:
+            v = curve_field(d, f)
+            if v and ref[f] and v != ref[f]:
+                return f"{f} {v} against {ref[f]}"
+        p = curve_field(d, "probe")
+        hashed = key == "bpd" or (curve_field(d, "periodic") and ref["periodic"])  # else: compare the probes
+        if not hashed and p is not None and base_probe is not None:
+            far = abs(p - base_probe) > FID_PROBE_RTOL * max(abs(p), abs(base_probe))
+            return f"feature network: the test split's FID is {p:.5f} against {base_probe:.5f}" * far or None
+        return None
+
     out = []
     for i, d in enumerate(ds):
-        why = next((f"{f} {d['fp'][f]} against {ref[f]}" for f in fields if d.get("fp", {}).get(f) and ref[f]
-                    and d["fp"][f] != ref[f]), None)  # fmt: skip
-        if why:
-            what = f"its periodic {'bound' if key == 'bpd' else 'FID'} curve"
-            if not left_out(f"{name} seed {d.get('seed', i)}: {what}", "compared", f" with {base_name}'s: {why}"):
-                continue
+        w = why(d)
+        if w and not left_out(f"{name} seed {d.get('seed', i)}: its {what}", "compared", f" with {base_name}'s: {w}"):
+            continue
         out.append(d)
     return out
 
 
-def steps_to(ds, target, key="bpd"):
+def steps_to(ds, target, key="bpd", of=None):
     """Two table cells for one run's seeds: the mean step at which `key` first reaches target, with how many seeds
     reached it ("- (0/n)" when none did), and the mean training seconds to it ("-" when none did); "mixed" when the
-    target averages seeds not measured alike (ds None: curve_alike)."""
+    target averages seeds not measured alike (ds None: curve_alike). `of`: the run's seeds before curve_alike, when
+    it left some out (said in the cell)."""
     if ds is None:
         return "mixed", "mixed"
     ok = [h for h in (reach(d, target, key) for d in ds) if h]
+    count = f"{len(ok)}/{len(ds)}" + (f", {of - len(ds)} not alike" if of is not None and of > len(ds) else "")
     if not ok:
-        return f"- (0/{len(ds)})", "-"
-    return f"{np.mean([h[0] for h in ok]):.0f} ({len(ok)}/{len(ds)})", f"{np.mean([h[1] for h in ok]):.0f}"
+        return f"- ({count})", "-"
+    return f"{np.mean([h[0] for h in ok]):.0f} ({count})", f"{np.mean([h[1] for h in ok]):.0f}"
 
 
 def ms(values, fmt):
@@ -746,7 +785,7 @@ def fingerprint_note(results) -> list:
         )
     if MIXED:
         what = "kept with --allow_mixed" if ALLOW_MIXED else "left out of their comparison"
-        lines += ["", f"Pairs not measured alike, {what}:", ""] + [f"- {line}." for line in MIXED]
+        lines += ["", f"Not measured alike, {what}:", ""] + [f"- {line}." for line in MIXED]
     return lines
 
 
@@ -897,15 +936,16 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
     rows = []
     for name, _, _ in runs:
         ds = results[name]
-        reached, wall = steps_to(curve_alike(ds, results[BASE], "bpd", name, BASE), target)
+        on_data = curve_alike(ds, results[BASE], "bpd", name, BASE)
+        reached, wall = steps_to(on_data, target, of=len(ds))
         if fid_key:
-            wall += f" | {steps_to(curve_alike(ds, results[BASE], 'fid', name, BASE), fid_target, 'fid')[0]}"
+            wall += f" | {steps_to(curve_alike(ds, results[BASE], 'fid', name, BASE), fid_target, 'fid', len(ds))[0]}"
         rows.append(
             f"| {name} | {ms([d['final_bpd'] for d in ds], '{:.3f}')}{mixed_mark(ds, 'final_bpd')} | "
             f"{ms([d['fid_final'] for d in ds], '{:.3f}')}{mixed_mark(ds, 'fid_final')} | "
             f"{ms([d['kid_final'] for d in ds], '{:.4f}')}{mixed_mark(ds, 'kid_final')} | "
             f"{reached} | {wall} | {ms([d['total_s'] for d in ds], '{:.0f}')} | "
-            f"{ms([at_wall_clock(d, budget) for d in ds], '{:.3f}')} | "
+            f"{'mixed' if on_data is None else ms([at_wall_clock(d, budget) for d in on_data], '{:.3f}')} | "
             + " | ".join("-" if name == BASE else paired(differences(results, name, k), dec) for k, _, dec in METRICS)
             + f" | {'-' if name == BASE else seeds_cell(differences(results, name, 'final_bpd'), detect)} |"
         )
@@ -1321,13 +1361,15 @@ def plot(results, runs, path):
     fig = Figure(figsize=(5.5 * len(panels), 4))
     axes = np.atleast_1d(fig.subplots(1, len(panels)))
     for name, _, _ in runs:
-        ds = results[name]
-        steps = ds[0]["steps"]
         for ax, k in zip(axes, panels):
-            if ds[0][k] is None:
+            ds = curve_alike(results[name], results[BASE], k, name, BASE)  # seeds measured as the baseline's
+            mixed = ds is None
+            ds = results[name] if mixed else ds
+            if not ds or ds[0][k] is None:
                 continue
+            steps = ds[0]["steps"]
             v = np.array([d[k] for d in ds])
-            (line,) = ax.plot(steps, v.mean(0), label=name)
+            (line,) = ax.plot(steps, v.mean(0), label=name + " (mixed)" * mixed)
             if len(ds) > 1:
                 ax.fill_between(steps, v.min(0), v.max(0), color=line.get_color(), alpha=0.2)
     axes[0].set_ylabel(f"{some['bpd_key']} ({bound_unit(some['eval'])})")

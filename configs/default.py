@@ -5,7 +5,8 @@ the learned timestep sampler (samplers/adaptive.py).
 
 About 7 minutes of one CPU core, compile included (the median of benchmarks/records/ddpm22); leaves samples/,
 timesteps.png and per_timestep_loss.png in the workdir. Seed 0 ends at periodic/bpd_T50 4.83 and periodic/fid_N250
-0.27 (ten seeds: 4.72 to 4.84 and 0.23 to 0.35).
+0.27 (ten seeds: 4.72 to 4.84 and 0.23 to 0.35); since 2026-12-08 the FID is logged as periodic/fid_N250/6a4ec479,
+the tag naming its feature network (docs/evaluation.md).
 Override any field, e.g. --config.train.num_steps=500 --config.sampler.name=uniform.
 
 Every field, its default, type and range is declared by the part or section that owns it (config/schema.py lists

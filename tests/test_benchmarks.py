@@ -517,7 +517,19 @@ def test_steps_to_the_baseline_s_final_value_count_only_curves_measured_alike(mo
     assert samplers.curve_alike(other_decoder, decoded, "fid") == []  # a latent model's decoder: another metric
     assert len(samplers.curve_alike(arm[:1], decoded, "fid")) == 1  # a record naming none is not refused
     mixed_base = [run(0, [3.0, 2.0, 1.0]), run(1, [3.0, 2.0, 1.0], periodic="p2")]
-    assert samplers.steps_to(samplers.curve_alike(arm, mixed_base, "fid"), 1.0, "fid") == ("mixed", "mixed")
+    capsys.readouterr()
+    assert samplers.steps_to(samplers.curve_alike(arm, mixed_base, "fid", "arm", "uniform"), 1.0, "fid") == (
+        "mixed",
+        "mixed",
+    )
+    assert capsys.readouterr().err == "uniform's periodic FID curves not averaged: periodic p1; p2\n"
+    # records before fingerprints: the test split's FID tells two networks apart (as for the final FID)
+    old = lambda seed, probe: dict(run(seed, [2.0, 1.0, 0.5]), fp=dict(probe=probe))
+    kept = samplers.curve_alike([old(0, 0.05467), old(1, 0.05748)], [old(0, 0.05467)], "fid", "arm", "uniform")
+    assert [d["seed"] for d in kept] == [0]
+    assert samplers.steps_to(kept, 1.0, "fid", of=2) == ("200 (1/1, 1 not alike)", "20")
+    assert samplers.curve_alike([dict(seed=0, fp=None)], [dict(seed=0, fp=None)], "fid") == [dict(seed=0, fp=None)]
+    assert samplers.steps_to([], 1.0, "fid", of=1) == ("- (0/0, 1 not alike)", "-")
 
     wd = tmp_path / "run"
     wd.mkdir()
@@ -527,8 +539,21 @@ def test_steps_to_the_baseline_s_final_value_count_only_curves_measured_alike(mo
     ]
     (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     curve = samplers.load_curve(str(wd))
-    assert curve["fid_key"] == "periodic/fid_N16"
+    assert curve["fid_key"] == "periodic/fid_N16" and curve["fid_tags"] == ["0a1b2c3d"]
     np.testing.assert_array_equal(curve["fid"], [3.0, 2.0])
+    # a log whose FID changed its measure (tag) is a curve of two metrics; another N is not this curve
+    rows = [
+        {"step": 100, "periodic/bpd_T8": 5.0, "periodic/fid_N16/aaaaaaaa": 3.0, "train_seconds": 1.0},
+        {"step": 200, "periodic/bpd_T8": 4.0, "periodic/fid_N32/aaaaaaaa": 2.0, "train_seconds": 2.0},
+        {"step": 300, "periodic/bpd_T8": 3.0, "periodic/fid_N16/bbbbbbbb": 9.0, "train_seconds": 3.0},
+    ]
+    (wd / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    two = dict(samplers.load_curve(str(wd)), seed=0)
+    assert two["fid_tags"] == ["aaaaaaaa", "bbbbbbbb"]
+    np.testing.assert_array_equal(two["fid"], [3.0, np.nan, 9.0])
+    one = dict(two, fid_tags=["aaaaaaaa"])
+    assert samplers.curve_alike([two], [one], "fid", "arm", "uniform") == []
+    assert "tags aaaaaaaa then bbbbbbbb against aaaaaaaa" in capsys.readouterr().err
 
 
 def test_records_without_fingerprints_pair_unless_their_test_split_fids_tell_two_networks_apart(monkeypatch):
