@@ -217,9 +217,13 @@ def main():
     args = parse()
     import jax
 
+    from benchmarks.samplers import ROOT, as_given
+    from core import fingerprint
+
     results = dict(
         machine=f"{os.cpu_count()} CPU cores, {jax.device_count()} {jax.devices()[0].platform} device(s)",
-        args=vars(args),
+        environment=fingerprint.environment(ROOT),  # what the rates were measured on: versions, processor, ...
+        args=as_given(args),
         loader={},
     )
     workers = [int(w) for w in args.workers.split(",")]

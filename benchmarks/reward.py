@@ -35,7 +35,15 @@ import numpy as np
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks.samplers import density_summary, load_config, parse_setting, setting_flag, timed  # noqa: E402
+from benchmarks.samplers import (  # noqa: E402
+    as_given,
+    density_summary,
+    load_config,
+    measured_here,
+    parse_setting,
+    setting_flag,
+    timed,
+)
 
 
 def parse_variants(text):
@@ -231,8 +239,9 @@ def main():
             a = load_config(args.config, args.set).sampler.adaptive
             n_conv, n_dense = len(a.policy_channels), len(a.policy_hidden) + 1
             layers = sorted([f"Conv_{i}" for i in range(n_conv)] + [f"Dense_{i}" for i in range(n_dense)])
-    with open(os.path.join(args.out, "reward.json"), "w") as f:
-        json.dump(results, f)
+    with open(os.path.join(args.out, "reward.json"), "w") as f:  # with what it was measured on (no machine's path)
+        measured = measured_here(load_config(args.config, args.set))
+        json.dump(dict(runs=results, measured_with=measured, arguments=as_given(args)), f)
     cmd = "`python benchmarks/reward.py " + " ".join(sys.argv[1:]) + "`\n\n"
     md = cmd + "\n".join(section(n, s, layers, args.config) for n, s in results.items())
     with open(os.path.join(args.out, "reward.md"), "w") as f:

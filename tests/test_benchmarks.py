@@ -761,3 +761,48 @@ def test_a_benchmarks_json_names_what_it_ran_on_and_no_path_of_the_machine():
     here = measured_here(c)
     assert here["data"] == data_fingerprints(c.data) and len(here["data"]["train"]) == 16
     assert here["code"] == fingerprint.code_revision(ROOT) and here["processor"] == fingerprint.processor()
+
+
+def test_the_loader_benchmark_s_json_names_its_environment_and_no_path(tmp_path):
+    """benchmarks/loader.py's rates are speeds of this machine: its JSON holds the environment they were measured
+    on (code, versions, processor, ...), and its arguments without the machine's paths."""
+    import subprocess
+    import sys
+
+    from benchmarks.samplers import ROOT
+    from core import fingerprint
+
+    out = tmp_path / "loader.json"
+    cmd = [sys.executable, "benchmarks/loader.py", "--datasets=digits", "--workers=0", "--seconds=0.2", "--consumers="]
+    r = subprocess.run([*cmd, f"--json={out}", f"--dir={tmp_path}"], cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    text = out.read_text()
+    rec = json.loads(text)
+    assert rec["environment"]["processor"] == fingerprint.processor() and "jax" in rec["environment"]["versions"]
+    assert rec["args"]["json"] == rec["args"]["dir"] == "<path>" and str(tmp_path) not in text
+    assert rec["loader"]["digits/0"] > 0
+
+
+@pytest.mark.slow  # trains a tiny run (about a minute, its compilation mostly): CI's second job
+def test_the_reward_benchmark_s_json_names_what_it_ran_on_and_no_path(tmp_path):
+    """benchmarks/reward.py's reward.json: its runs' summaries beside the data hashes and environment it was measured
+    with and its arguments without the machine's paths."""
+    import subprocess
+    import sys
+
+    from benchmarks.samplers import ROOT, load_config
+    from conftest import TINY
+    from core import fingerprint
+    from data import data_fingerprints
+
+    sets = [f"--set={k}={v}".replace(" ", "") for k, v in TINY.items() if k != "train.num_steps"]
+    cmd = [sys.executable, "benchmarks/reward.py", f"--out={tmp_path}", "--steps=8", "--skip=1", *sets]
+    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    text = (tmp_path / "reward.json").read_text()
+    rec = json.loads(text)
+    assert list(rec["runs"]) == ["adaptive"] and rec["runs"]["adaptive"]
+    c = load_config("configs/default.py", [s.partition("=")[2] for s in sets])
+    assert rec["measured_with"]["data"] == data_fingerprints(c.data)
+    assert rec["measured_with"]["code"] == fingerprint.code_revision(ROOT)
+    assert rec["arguments"]["out"] == "<path>" and str(tmp_path) not in text
