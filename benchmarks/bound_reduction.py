@@ -42,6 +42,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks.samplers import as_given, literal, load_config, measured_here, parse_runs  # noqa: E402
+from core.fingerprint import without_paths  # noqa: E402
 
 EVAL_KEY = 0xB0D  # every bound of the benchmark is computed with this key: the same timesteps and noise
 REPLICATE_SEED = 1000  # replicate r draws its batches with data seed 1000 + r and its step keys from PRNGKey(1000 + r)
@@ -238,7 +239,7 @@ def table(results, runs, args, c, seconds):
         else f"stratified estimate of the full bound, {args.bound_timesteps} t"
     )
     lines = [
-        "`python benchmarks/bound_reduction.py " + " ".join(sys.argv[1:]) + "`",
+        "`python benchmarks/bound_reduction.py " + without_paths(" ".join(sys.argv[1:])) + "`",
         "",
         f"Reduction of the test bound ({what} per image, {args.images if args.images > 0 else 'all'} test images, "
         f"the same noise for every evaluation) after K = {args.k} train steps from each checkpoint of the uniform run "

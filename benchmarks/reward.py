@@ -44,6 +44,7 @@ from benchmarks.samplers import (  # noqa: E402
     setting_flag,
     timed,
 )
+from core.fingerprint import without_paths  # noqa: E402
 
 
 def parse_variants(text):
@@ -242,7 +243,7 @@ def main():
     with open(os.path.join(args.out, "reward.json"), "w") as f:  # with what it was measured on (no machine's path)
         measured = measured_here(load_config(args.config, args.set))
         json.dump(dict(runs=results, measured_with=measured, arguments=as_given(args)), f)
-    cmd = "`python benchmarks/reward.py " + " ".join(sys.argv[1:]) + "`\n\n"
+    cmd = "`python benchmarks/reward.py " + without_paths(" ".join(sys.argv[1:])) + "`\n\n"
     md = cmd + "\n".join(section(n, s, layers, args.config) for n, s in results.items())
     with open(os.path.join(args.out, "reward.md"), "w") as f:
         f.write(md)

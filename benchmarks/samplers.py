@@ -910,7 +910,9 @@ def table(results, runs, seeds, config, detect=DETECT_BPD):
     budget = float(np.mean([d["total_s"] for d in results[BASE]]))
     some = results[BASE][0]
     every = int(some["steps"][1] - some["steps"][0]) if len(some["steps"]) > 1 else "-"
-    cmd = "python benchmarks/samplers.py " + " ".join(sys.argv[1:])
+    from core.fingerprint import without_paths
+
+    cmd = without_paths("python benchmarks/samplers.py " + " ".join(sys.argv[1:]))  # no path of this machine
     lines = [
         f"`{cmd}`",
         "",

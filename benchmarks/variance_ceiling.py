@@ -78,6 +78,7 @@ sys.path.insert(0, ROOT)
 
 from benchmarks.bound_reduction import restore_at  # noqa: E402
 from benchmarks.samplers import as_given, load_config, measured_here, timed  # noqa: E402
+from core.fingerprint import without_paths  # noqa: E402
 
 SCHEDULE = "adaptive_noise"
 KEY = 0x5EC0  # the grid's timesteps, noise and dropout masks: the same at every checkpoint
@@ -404,7 +405,7 @@ def fmt_ci(v, ci):
 
 def tables(results, args, seconds):
     lines = [
-        "`python benchmarks/variance_ceiling.py " + " ".join(sys.argv[1:]) + "`",
+        "`python benchmarks/variance_ceiling.py " + without_paths(" ".join(sys.argv[1:])) + "`",
         "",
         f"{args.config}, the adaptive noise schedule's run ({results['workdir']}), raw parameters at each "
         f"checkpoint; {args.images} test images x {args.draws} draws x {args.strata} {results['strata_kind']} strata "

@@ -3,6 +3,7 @@ the seeds a table needs, and the learned policy's summary."""
 
 import json
 import os
+import sys
 
 import numpy as np
 import pytest
@@ -711,7 +712,9 @@ def test_a_text_table_drops_fid_shows_its_standard_errors_the_ar_line_beside_and
     run(ar, "uniform", 2, 2.55, 0.0)  # a seed the table lacks
     runs = sp.parse_runs("uniform,antithetic")
     results = {n: [dict(sp.load(sp.workdir_of(str(out), n, s)), seed=s) for s in (0, 1)] for n, _, _ in runs}
+    monkeypatch.setattr(sys, "argv", ["samplers.py", "--out=/home/someone/bench", "--seeds=0,1"])
     md = sp.table(results, runs, [0, 1], "configs/text.py")
+    assert md.splitlines()[0] == "`python benchmarks/samplers.py --out=<path> --seeds=0,1`"  # no machine's path
     header = next(line for line in md.splitlines() if line.startswith("| run"))
     assert "FID" not in header and "KID" not in header and header.count("|") == 9, header
     row = next(line for line in md.splitlines() if line.startswith("| antithetic"))
