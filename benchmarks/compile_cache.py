@@ -37,6 +37,7 @@ def child(spec: dict):
     """One phase in this process: train (in spec['chunks'] train() calls) or evaluate; prints one RESULT line per
     call."""
     from benchmarks.samplers import load_config
+    from core import fingerprint
     from training.platform import prepare_host
 
     config = load_config("configs/default.py", [*spec["sets"], f"compilation_cache={spec['cache']}"])
@@ -69,7 +70,8 @@ def child(spec: dict):
         row = dict(counts, rc=rc, wall_s=time.perf_counter() - t0, programs=len(by_program), slowest=top)
         print("RESULT " + json.dumps(row), flush=True)
         with open(os.path.join(os.path.dirname(spec["workdir"]), "phases.jsonl"), "a") as f:
-            f.write(json.dumps(dict(row, workdir=spec["workdir"], mode=spec["mode"], chunk=k)) + "\n")
+            where = dict(workdir=os.path.basename(spec["workdir"]), mode=spec["mode"], chunk=k)  # no machine's path
+            f.write(json.dumps(dict(row, **where, environment=fingerprint.environment(ROOT))) + "\n")
 
 
 def phase(name, mode, workdir, steps, cache, sets, chunks=1):

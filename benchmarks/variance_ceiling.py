@@ -88,6 +88,12 @@ PROPOSALS = FIXED + FITTED
 PER_IMAGE = ("loss per image", "best per image")
 
 
+def in_repo(path: str) -> str:
+    """A path as a record names it: relative to the repository when inside it, else <path> (no machine's path)."""
+    rel = os.path.relpath(path, ROOT)
+    return "<path>" if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
 # -- the estimator (pure NumPy; every function of the G and L tables) --------------------------------------------
 
 
@@ -546,7 +552,7 @@ def main():
     B = int(base.train.batch_size)
     results = dict(
         config=args.config,
-        workdir=os.path.relpath(wd, ROOT),
+        workdir=in_repo(wd),
         strata_kind=kind,
         a=a.tolist(),
         batch=B,

@@ -760,6 +760,10 @@ def test_a_benchmarks_json_names_what_it_ran_on_and_no_path_of_the_machine():
     assert fingerprint.without_paths("No such file: '/data/my dir/x.npy' (~/y, 1/2 s/it, https://a.org/b)") == (
         "No such file: '<path>' (<path>, 1/2 s/it, https://a.org/b)"
     )
+    from benchmarks.variance_ceiling import in_repo
+
+    assert in_repo(os.path.join(ROOT, "workdirs", "vc")) == os.path.join("workdirs", "vc")
+    assert in_repo("/tmp/elsewhere/vc") == in_repo(os.path.dirname(ROOT)) == "<path>"
     c = tiny_config()
     here = measured_here(c)
     assert here["data"] == data_fingerprints(c.data) and len(here["data"]["train"]) == 16
