@@ -133,6 +133,18 @@ def test_every_relative_link_in_the_manual_resolves():
     assert links > 50, links
 
 
+def test_every_picture_and_link_of_a_rendered_table_resolves():
+    """benchmarks/results/*.md are rendered by the benchmarks and copied in: each picture they show is committed
+    beside them (a table rendered in OUT names OUT's policy.png, which must be copied under the table's name)."""
+    results = os.path.join(ROOT, "benchmarks", "results")
+    broken = []
+    for name in sorted(f for f in os.listdir(results) if f.endswith(".md")):
+        path = os.path.join(results, name)
+        with open(path) as f:
+            broken += [f"{name}: {t}: {why}" for t in LINK.findall(f.read()) if (why := resolve(path, t))]
+    assert not broken, broken
+
+
 def test_readme_fits_on_a_page_and_keeps_the_two_commands():
     with open(os.path.join(ROOT, "README.md")) as f:
         readme = f.read()
