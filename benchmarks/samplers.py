@@ -657,7 +657,7 @@ def curve_alike(ds, base, key="bpd", name="", base_name=""):
         ref[f] = seen[0] if len(seen) == 1 else None
     probes = [p for d in base if (p := curve_field(d, "probe")) is not None] if key == "fid" else []
     base_probe = probes[0] if probes else None
-    if probes and np.ptp(probes) > FID_PROBE_RTOL * max(map(abs, probes)):  # two networks among the baseline's
+    if probes and two_networks(min(probes), max(probes)):  # two networks among the baseline's
         if not ref["periodic"] and not left_out(
             f"{base_name}'s {what}s", "averaged", f": the test split's FID {min(probes):.5f} to {max(probes):.5f}"
         ):
@@ -671,9 +671,8 @@ def curve_alike(ds, base, key="bpd", name="", base_name=""):
                 return f"{f} {v} against {ref[f]}"
         p = curve_field(d, "probe")
         hashed = key == "bpd" or (curve_field(d, "periodic") and ref["periodic"])  # else: compare the probes
-        if not hashed and p is not None and base_probe is not None:
-            far = abs(p - base_probe) > FID_PROBE_RTOL * max(abs(p), abs(base_probe))
-            return f"feature network: the test split's FID is {p:.5f} against {base_probe:.5f}" * far or None
+        if not hashed and p is not None and base_probe is not None and two_networks(p, base_probe):
+            return f"feature network: the test split's FID is {p:.5f} against {base_probe:.5f}"
         return None
 
     out = []
@@ -731,9 +730,14 @@ def unlike(a: dict, b: dict, key: str) -> str | None:
             return f"{what} {fa[what]} against {fb[what]}"
     if key != "final_bpd" and not (fa.get("features") and fb.get("features")):
         p, q = fa.get("probe"), fb.get("probe")
-        if p is not None and q is not None and abs(p - q) > FID_PROBE_RTOL * max(abs(p), abs(q)):
+        if p is not None and q is not None and two_networks(p, q):
             return f"feature network: the test split's FID is {p:.5f} against {q:.5f} (not fingerprinted)"
     return None
+
+
+def two_networks(p: float, q: float) -> bool:
+    """Whether two test split FIDs against one reference (probes) were measured with two feature networks."""
+    return abs(p - q) > FID_PROBE_RTOL * max(abs(p), abs(q))
 
 
 def mixed_mark(ds, key) -> str:

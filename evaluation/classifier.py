@@ -14,7 +14,6 @@ the weights and reported next to every FID.
 
     python -m evaluation.classifier --dataset=mnist   # trains one and writes it to evaluation/weights/"""
 
-import hashlib
 import json
 import os
 
@@ -80,7 +79,7 @@ def cache_path(cache_dir: str, dataset: str = "digits") -> str:
         data=fingerprint.of_arrays(xtr, ytr),
         **{k: env[k] for k in ("versions", "processor", "platform", "xla_flags")},
     )
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:12]
+    digest = fingerprint.of_fields(key)[:12]
     cache_dir = os.path.expanduser(cache_dir or "~/.cache/adaptive-timesteps")
     return os.path.join(cache_dir, f"{dataset}_classifier_{digest}.npz")
 
